@@ -1,0 +1,59 @@
+"""The ``distmis`` command line.
+
+Each subcommand lives in its own module with ``add_arguments(parser)`` and ``run(args)``;
+heavy libraries (TensorFlow, Ray) are imported inside ``run`` so that ``--help`` and
+``validate`` stay fast. A ``DistmisError`` is printed as one ``distmis: error:`` line and
+exit code 2; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from distmis import __version__
+from distmis.exceptions import DistmisError
+
+COMMANDS = {
+    "synth": "write a synthetic MSD-layout NIfTI dataset",
+    "prepare": "MSD dataset -> sharded TFRecords + info.json",
+    "visualize": "draw a prepared case (channels + label overlay) as PNG or GIF",
+    "train": "train one configuration (no search)",
+    "tune": "run a hyperparameter search from a search-space YAML",
+    "validate": "check a configuration / search-space file without running it",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="distmis",
+        description="Hyperparameter search for 3D medical image segmentation on Ray: experiment vs data parallelism.",
+    )
+    parser.add_argument("--version", action="version", version=f"distmis {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, help_text in COMMANDS.items():
+        module = importlib.import_module(f"distmis.cli.{name}")
+        p = sub.add_parser(name, help=help_text, description=(module.__doc__ or help_text).strip())
+        module.add_arguments(p)
+        p.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (testable without a subprocess)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args._module.run(args) or 0)
+    except DistmisError as exc:
+        print(f"distmis: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("distmis: interrupted", file=sys.stderr)
+        return 130
+
+
+def entrypoint() -> None:
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""Preprocess an MSD dataset (driven by its dataset.json) into sharded TFRecords and an info.json manifest.
+
+Per-channel z-score over non-zero voxels, crop/pad or trilinear resize to --shape, binary or
+multi-class labels, a deterministic train/val/test split. Written to a temporary directory
+and renamed into place, so a failed or interrupted run leaves no OUT behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from distmis.cli._common import fractions3, progress, shape3
+from distmis.exceptions import DataError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("src", help="MSD dataset directory (holding dataset.json)")
+    p.add_argument("out", help="output directory for the prepared dataset")
+    p.add_argument("--shape", type=shape3, default=(32, 32, 32), help="output volume shape X,Y,Z (default 32,32,32)")
+    p.add_argument("--resize", choices=["crop_pad", "resample"], default="crop_pad", help="how to reach --shape")
+    p.add_argument("--label-mode", choices=["binary", "multiclass"], default="binary")
+    p.add_argument("--split", type=fractions3, default=(0.7, 0.15, 0.15), help="train,val,test fractions")
+    p.add_argument("--shards", type=int, default=4, help="TFRecord shards per split (default 4)")
+    p.add_argument("--seed", type=int, default=0, help="split seed")
+    p.add_argument("--workers", type=int, default=None, help="parallel processes (default: all cores)")
+    p.add_argument("--overwrite", action="store_true")
+
+
+def run(args: argparse.Namespace) -> int:
+    from distmis.config import PrepareConfig
+    from distmis.data import prepare_dataset
+    from distmis.training import quiet_tensorflow
+
+    quiet_tensorflow()
+    try:
+        PrepareConfig(split=args.split, shards=args.shards, shape=args.shape)
+    except ValueError as exc:
+        raise DataError(f"invalid option: {exc.errors()[0]['msg'] if hasattr(exc, 'errors') else exc}") from None
+    with progress("preparing cases") as update:
+        manifest = prepare_dataset(
+            args.src,
+            args.out,
+            shape=args.shape,
+            resize=args.resize,
+            label_mode=args.label_mode,
+            split=args.split,
+            shards=args.shards,
+            seed=args.seed,
+            workers=args.workers,
+            overwrite=args.overwrite,
+            progress=update,
+        )
+    counts = ", ".join(f"{k} {v['num_cases']}" for k, v in manifest["splits"].items())
+    print(f"prepared {manifest['source']['name']} -> {args.out} ({counts}; shape {manifest['shape']})")
+    return 0

@@ -1,0 +1,24 @@
+"""Run a hyperparameter search described by one search-space YAML file on Ray Tune."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("space", help="search-space YAML")
+    p.add_argument("--out", default=None, help="experiment directory (default runs/<name>)")
+    p.add_argument("--resume", action="store_true", help="continue an interrupted search in --out")
+    p.add_argument("--address", default=None, help="Ray cluster address (default: $RAY_ADDRESS, else a local Ray)")
+    p.add_argument("--num-samples", type=int, default=None, help="override search.num_samples")
+
+
+def run(args: argparse.Namespace) -> int:
+    from distmis.config import load_config
+    from distmis.tuning import run_search
+
+    config = load_config(args.space, require_space=True)
+    if args.num_samples is not None:
+        config.search.num_samples = args.num_samples
+    summary = run_search(config, space_file=args.space, out=args.out, resume=args.resume, address=args.address)
+    return 0 if summary.ok else 1

@@ -1,0 +1,219 @@
+"""``tf.data`` pipelines over a prepared directory (``info.json`` + TFRecord shards).
+
+Elements are ``(image, label, weight)``: image ``(X, Y, Z, C)`` float32, label ``(X, Y, Z, K)``
+float32 (K = 1 for binary, one-hot otherwise) and a per-example weight. Weights let
+validation pad every worker's shard to the same number of batches with zero-weight
+examples, so that multi-worker evaluation neither hangs on uneven shards nor counts a case
+twice.
+
+Sharding across workers is explicit (``num_shards``/``shard_index``, normally taken from a
+``tf.distribute.InputContext``) and applied to records, before shuffling, so that in one
+epoch every worker sees a disjoint subset of the training cases. The prototype switched
+auto-sharding off and every replica read every case.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from distmis.data._prepare import FORMAT, MANIFEST
+from distmis.exceptions import DataError
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+# Cache decoded volumes in memory when a worker's share is smaller than this.
+_CACHE_LIMIT_BYTES = 2 << 30
+
+
+@dataclass(frozen=True)
+class Manifest:
+    root: Path
+    info: dict[str, Any]
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return tuple(self.info["shape"])  # type: ignore[return-value]
+
+    @property
+    def channels(self) -> int:
+        return int(self.info["channels"])
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.info["num_classes"])
+
+    def num_cases(self, split: str) -> int:
+        return int(self.info["splits"].get(split, {}).get("num_cases", 0))
+
+    def files(self, split: str) -> list[str]:
+        return [str(self.root / s["file"]) for s in self.info["splits"].get(split, {}).get("shards", [])]
+
+    def case_bytes(self) -> int:
+        x, y, z = self.shape
+        return x * y * z * (self.channels * 4 + 1)
+
+
+def load_manifest(root: str | Path) -> Manifest:
+    """Read ``info.json`` of a prepared directory.
+
+    Raises:
+        DataError: when the directory or its manifest is missing or of another format.
+    """
+    root = Path(root)
+    path = root / MANIFEST
+    if not path.is_file():
+        raise DataError(f"{path}: missing; run `distmis prepare` first")
+    info = json.loads(path.read_text(encoding="utf-8"))
+    if info.get("format") != FORMAT:
+        raise DataError(f"{path}: format {info.get('format')!r}, expected {FORMAT!r}")
+    for split in info["splits"].values():
+        for shard in split["shards"]:
+            if not (root / shard["file"]).is_file():
+                raise DataError(f"{root / shard['file']}: listed in {path} but missing")
+    return Manifest(root=root, info=info)
+
+
+def _parse_fn(manifest: Manifest):  # noqa: ANN202 - returns a tf.function-compatible callable
+    import tensorflow as tf
+
+    x, y, z = manifest.shape
+    c, k = manifest.channels, manifest.num_classes
+    spec = {
+        "case_id": tf.io.FixedLenFeature([], tf.string),
+        "image": tf.io.FixedLenFeature([], tf.string),
+        "label": tf.io.FixedLenFeature([], tf.string),
+    }
+
+    def parse(record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        ex = tf.io.parse_single_example(record, spec)
+        image = tf.reshape(tf.io.decode_raw(ex["image"], tf.float32), [x, y, z, c])
+        label = tf.reshape(tf.io.decode_raw(ex["label"], tf.uint8), [x, y, z])
+        if k == 1:
+            label = tf.cast(label > 0, tf.float32)[..., tf.newaxis]
+        else:
+            label = tf.one_hot(tf.cast(label, tf.int32), k, dtype=tf.float32)
+        return image, label
+
+    return parse
+
+
+def random_patch(image: tf.Tensor, label: tf.Tensor, patch: tuple[int, int, int], seed: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """Crop the same random ``patch`` from image and label (stateless, so reproducible)."""
+    import tensorflow as tf
+
+    c = tf.shape(image)[-1]
+    both = tf.concat([image, label], axis=-1)
+    crop = tf.image.stateless_random_crop(both, size=[*patch, tf.shape(both)[-1]], seed=seed)
+    return crop[..., :c], crop[..., c:]
+
+
+def augment(
+    image: tf.Tensor, label: tf.Tensor, seed: tf.Tensor, *, flip: bool, intensity: float, noise: float
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """Flips (same for image and label), per-channel intensity scale/shift and noise (image only)."""
+    import tensorflow as tf
+
+    seeds = tf.random.experimental.stateless_split(seed, num=6)
+    if flip:
+        for axis in range(3):
+            do = tf.random.stateless_uniform([], seeds[axis]) < 0.5
+            image = tf.cond(do, lambda i=image, a=axis: tf.reverse(i, [a]), lambda i=image: i)
+            label = tf.cond(do, lambda l=label, a=axis: tf.reverse(l, [a]), lambda l=label: l)
+    channels = tf.shape(image)[-1]
+    if intensity > 0:
+        scale = tf.random.stateless_uniform([channels], seeds[3], 1 - intensity, 1 + intensity)
+        shift = tf.random.stateless_uniform([channels], seeds[4], -intensity, intensity)
+        image = image * scale + shift
+    if noise > 0:
+        image = image + tf.random.stateless_normal(tf.shape(image), seeds[5], stddev=noise)
+    return image, label
+
+
+def make_dataset(
+    prepared: str | Path | Manifest,
+    split: str,
+    *,
+    batch_size: int,
+    training: bool,
+    patch: tuple[int, int, int] | None = None,
+    augment_config: Any = None,
+    seed: int = 0,
+    num_shards: int = 1,
+    shard_index: int = 0,
+    pad_to_batches: int | None = None,
+) -> tf.data.Dataset:
+    """Build the input pipeline of one worker.
+
+    Args:
+        prepared: prepared directory (or its manifest).
+        split: ``train``, ``val`` or ``test``.
+        batch_size: this worker's batch size (per-replica batch x local replicas).
+        training: shuffle, repeat forever, random patches, augmentation and drop incomplete
+            batches; otherwise one ordered pass over whole volumes.
+        patch: training crop size; ``None`` trains on whole volumes.
+        augment_config: an ``AugmentConfig`` (or ``None`` for no augmentation).
+        seed: controls shuffling, patches and augmentation.
+        num_shards, shard_index: this worker's disjoint share of the records.
+        pad_to_batches: for evaluation: pad with zero-weight examples to exactly this many
+            batches (every worker must run the same number of steps).
+    """
+    import tensorflow as tf
+
+    manifest = prepared if isinstance(prepared, Manifest) else load_manifest(prepared)
+    files = manifest.files(split)
+    if not files:
+        raise DataError(f"{manifest.root}: split {split!r} has no cases")
+    n_cases = manifest.num_cases(split)
+    if training and n_cases < num_shards:
+        raise DataError(f"split {split!r} has {n_cases} cases, fewer than the {num_shards} workers reading it")
+
+    ds = tf.data.TFRecordDataset(files, num_parallel_reads=min(len(files), tf.data.AUTOTUNE if len(files) > 1 else 1))
+    # Sharding by record (not by file) works for any shard count, and records are read in a
+    # deterministic order, so the shards are disjoint and together cover the split.
+    ds = ds.shard(num_shards, shard_index)
+    ds = ds.map(_parse_fn(manifest), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    local_cases = math.ceil(n_cases / num_shards)
+    if local_cases * manifest.case_bytes() <= _CACHE_LIMIT_BYTES:
+        ds = ds.cache()
+
+    if training:
+        ds = ds.shuffle(max(local_cases, 1), seed=seed, reshuffle_each_iteration=True).repeat()
+        # one independent stateless seed per element: reproducible and parallel-safe
+        seeds = tf.data.Dataset.random(seed=seed + 7919 * (shard_index + 1)).batch(2)
+        ds = tf.data.Dataset.zip(ds, seeds)
+
+        def _train_map(xy: tuple[tf.Tensor, tf.Tensor], s: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+            image, label = xy
+            s = tf.cast(s % (2**31 - 1), tf.int32)
+            if patch is not None and tuple(patch) != tuple(manifest.shape):
+                image, label = random_patch(image, label, tuple(patch), s)
+            if augment_config is not None:
+                image, label = augment(
+                    image,
+                    label,
+                    s + 1,
+                    flip=augment_config.flip,
+                    intensity=augment_config.intensity,
+                    noise=augment_config.noise,
+                )
+            return image, label, tf.constant(1.0)
+
+        ds = ds.map(_train_map, num_parallel_calls=tf.data.AUTOTUNE)
+        ds = ds.batch(batch_size, drop_remainder=True)
+    else:
+        ds = ds.map(lambda i, l: (i, l, tf.constant(1.0)))
+        if pad_to_batches is not None:
+            filler = ds.take(1).map(lambda i, l, w: (i, l, tf.constant(0.0))).repeat()
+            ds = ds.concatenate(filler).take(pad_to_batches * batch_size)
+        ds = ds.batch(batch_size, drop_remainder=pad_to_batches is not None)
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def eval_batches(n_cases: int, num_workers: int, batch_size_per_worker: int) -> int:
+    """Batches every worker must run so that all of its share of ``n_cases`` is seen."""
+    return max(1, math.ceil(math.ceil(n_cases / num_workers) / batch_size_per_worker))

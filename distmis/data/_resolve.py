@@ -1,0 +1,61 @@
+"""Turn a config's ``data`` section into a prepared directory, making and caching it on first use.
+
+Several trials (or several nodes) may ask for the same data at once: a file lock serialises
+generation, and the atomic rename of each output means a reader sees all of it or nothing.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+from pathlib import Path
+
+from distmis.config import DataConfig
+from distmis.data._prepare import MANIFEST, prepare_dataset
+from distmis.data._synth import write_synthetic_msd
+from distmis.exceptions import DataError
+
+
+def _key(payload: dict) -> str:
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def resolve_prepared(data: DataConfig, *, base_dir: Path | None = None) -> Path:
+    """Return a prepared directory for ``data`` (synthesising / preparing into the cache if needed)."""
+    cache = data.resolved_cache_dir()
+    prep = data.prepare
+    if data.source == "synthetic":
+        syn = data.synthetic
+        src = cache / f"synthetic-{_key(syn.model_dump(mode='json'))}"
+    else:
+        src = Path(data.source).expanduser()
+        if not src.is_absolute() and base_dir is not None:
+            src = (base_dir / src).resolve()
+        if (src / MANIFEST).is_file():
+            return src
+        if not (src / "dataset.json").is_file():
+            raise DataError(f"data.source: {src} holds neither dataset.json (MSD) nor {MANIFEST} (prepared)")
+    target = cache / f"prepared-{_key({'src': str(src.resolve()), **prep.model_dump(mode='json')})}"
+    if (target / MANIFEST).is_file():
+        return target
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if data.source == "synthetic" and not (src / "dataset.json").is_file():
+            syn = data.synthetic
+            write_synthetic_msd(
+                src, cases=syn.cases, shape=syn.shape, modalities=syn.modalities, test_cases=syn.test_cases, seed=syn.seed
+            )
+        if not (target / MANIFEST).is_file():
+            prepare_dataset(
+                src,
+                target,
+                shape=prep.shape,
+                resize=prep.resize,
+                label_mode=prep.label_mode,
+                split=prep.split,
+                shards=prep.shards,
+                seed=prep.seed,
+            )
+    return target

@@ -1,0 +1,84 @@
+"""Pictures of prepared cases: every channel with the label overlaid (PNG, or GIF over slices)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from distmis.exceptions import DataError
+
+
+def read_case(prepared: str | Path, split: str, index: int) -> tuple[str, np.ndarray, np.ndarray, list[str]]:
+    """Return (case_id, image (X,Y,Z,C), label (X,Y,Z) ints, modality names) of one prepared case."""
+    import tensorflow as tf
+
+    from distmis.data._loader import load_manifest
+
+    manifest = load_manifest(prepared)
+    n = manifest.num_cases(split)
+    if not 0 <= index < n:
+        raise DataError(f"{manifest.root}: split {split!r} has {n} cases, --case {index} is out of range")
+    x, y, z = manifest.shape
+    c = manifest.channels
+    spec = {
+        "case_id": tf.io.FixedLenFeature([], tf.string),
+        "image": tf.io.FixedLenFeature([], tf.string),
+        "label": tf.io.FixedLenFeature([], tf.string),
+    }
+    wanted = manifest.info["splits"][split]["cases"][index]
+    for rec in tf.data.TFRecordDataset(manifest.files(split)):
+        ex = tf.io.parse_single_example(rec, spec)
+        if ex["case_id"].numpy().decode() == wanted:
+            image = np.frombuffer(ex["image"].numpy(), np.float32).reshape(x, y, z, c)
+            label = np.frombuffer(ex["label"].numpy(), np.uint8).reshape(x, y, z)
+            return wanted, image, label, list(manifest.info["modalities"])
+    raise DataError(f"{manifest.root}: case {wanted} listed in info.json but not found in the {split} shards")
+
+
+def _draw(fig, axes, image: np.ndarray, label: np.ndarray, names: list[str], z: int) -> None:  # noqa: ANN001
+    from matplotlib.colors import ListedColormap
+
+    cmap = ListedColormap([(0, 0, 0, 0), (1, 0.85, 0, 0.5), (1, 0.1, 0.1, 0.5), (0.1, 0.6, 1, 0.5)])
+    for c, ax in enumerate(axes[:-1]):
+        ax.clear()
+        ax.imshow(image[:, :, z, c].T, cmap="gray", origin="lower")
+        ax.set_title(names[c] if c < len(names) else f"ch{c}")
+        ax.axis("off")
+    ax = axes[-1]
+    ax.clear()
+    ax.imshow(image[:, :, z, 0].T, cmap="gray", origin="lower")
+    ax.imshow(np.clip(label[:, :, z], 0, 3).T, cmap=cmap, vmin=0, vmax=3, origin="lower", interpolation="nearest")
+    ax.set_title(f"label (z={z})")
+    ax.axis("off")
+
+
+def render_case(prepared: str | Path, out: str | Path, *, split: str = "train", index: int = 0) -> Path:
+    """Write a PNG (middle slice through the tumour) or an animated GIF (all slices) of a case."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    case_id, image, label, names = read_case(prepared, split, index)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    n = image.shape[-1] + 1
+    fig, axes = plt.subplots(1, n, figsize=(2.6 * n, 2.9))
+    axes = np.atleast_1d(axes)
+    fig.suptitle(f"{case_id} ({split})")
+    tmp = out.with_name(f".{out.stem}.tmp{out.suffix}")
+    if out.suffix.lower() == ".gif":
+        from matplotlib.animation import FuncAnimation, PillowWriter
+
+        anim = FuncAnimation(fig, lambda z: _draw(fig, axes, image, label, names, z), frames=image.shape[2])
+        anim.save(tmp, writer=PillowWriter(fps=8))
+    else:
+        per_slice = label.reshape(-1, label.shape[2]).sum(0) if label.ndim == 3 else None
+        z = int(np.argmax(per_slice)) if per_slice is not None and per_slice.max() > 0 else image.shape[2] // 2
+        _draw(fig, axes, image, label, names, z)
+        fig.tight_layout()
+        fig.savefig(tmp, dpi=100, format="png")
+    plt.close(fig)
+    tmp.replace(out)
+    return out

@@ -1,0 +1,20 @@
+"""Training: one configuration, one training loop, for one worker or many."""
+
+from distmis.training._loop import EpochMetrics, Trainer, load_arrays, save_arrays
+from distmis.training._run import BEST_DIR, CHECKPOINT_DIR, METRICS_CSV, FitResult, fit, read_checkpoint_state
+from distmis.training._runtime import configure_tensorflow, quiet_tensorflow
+
+__all__ = [
+    "BEST_DIR",
+    "CHECKPOINT_DIR",
+    "METRICS_CSV",
+    "EpochMetrics",
+    "FitResult",
+    "Trainer",
+    "configure_tensorflow",
+    "fit",
+    "load_arrays",
+    "quiet_tensorflow",
+    "read_checkpoint_state",
+    "save_arrays",
+]

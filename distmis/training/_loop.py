@@ -1,0 +1,293 @@
+"""The one training loop, for every parallelism mode.
+
+A Keras 3 custom training loop against ``tf.distribute.Strategy``: the default strategy for a
+single worker, ``MultiWorkerMirroredStrategy`` for a data-parallel trial. Keras 3's
+``model.fit`` fails under ``MultiWorkerMirroredStrategy`` (Ray issue #47464, TensorFlow
+#72388), and keeping one loop for both modes is what makes the parallelism comparison
+measure parallelism rather than two code paths.
+
+Per-example losses are averaged over the *global* batch (``tf.nn.compute_average_loss``) so
+that summing gradients over replicas gives the gradient of the global-batch mean; metrics
+are sums over examples reduced with ``strategy.reduce(SUM)`` and divided at the end, so they
+are the global values, not one worker's shard.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from distmis.data import Manifest, eval_batches, make_dataset
+from distmis.exceptions import TrainingError
+from distmis.model import build_optimizer, build_unet, dice_score, get_loss, iou_score
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+    from distmis.config import ExperimentConfig
+
+
+@dataclass
+class EpochMetrics:
+    """What one epoch reports (the keys Tune, MLflow and the CSV see)."""
+
+    epoch: int
+    loss: float
+    dice: float
+    val_loss: float
+    val_dice: float
+    val_iou: float
+    lr: float
+    epoch_seconds: float
+    train_seconds: float
+    samples_per_second: float
+
+    def as_dict(self) -> dict[str, float]:
+        return dict(self.__dict__)
+
+
+def _warmup_schedule(base_lr: float, peak_lr: float, warmup_steps: int):  # noqa: ANN202
+    """Linear warm-up from ``base_lr`` to ``peak_lr`` (Goyal et al. 2017), then constant."""
+    import keras
+
+    class LinearWarmup(keras.optimizers.schedules.LearningRateSchedule):
+        def __call__(self, step):  # noqa: ANN001, ANN204
+            import tensorflow as tf
+
+            frac = tf.minimum(1.0, tf.cast(step, tf.float32) / float(max(warmup_steps, 1)))
+            return base_lr + (peak_lr - base_lr) * frac
+
+        def get_config(self) -> dict[str, Any]:
+            return {"base_lr": base_lr, "peak_lr": peak_lr, "warmup_steps": warmup_steps}
+
+    return LinearWarmup()
+
+
+class Trainer:
+    """Builds the model, optimiser and input pipelines of one trial inside ``strategy``'s scope.
+
+    Args:
+        config: the trial's full configuration.
+        manifest: the prepared dataset.
+        strategy: ``None`` for the default (single-worker) strategy.
+    """
+
+    def __init__(self, config: "ExperimentConfig", manifest: Manifest, *, strategy: "tf.distribute.Strategy | None" = None) -> None:
+        import keras
+        import tensorflow as tf
+
+        self.config = config
+        self.manifest = manifest
+        self.strategy = strategy or tf.distribute.get_strategy()
+        resolver = getattr(self.strategy, "cluster_resolver", None)
+        self.num_workers = 1
+        self.worker_index = 0
+        if resolver is not None and resolver.cluster_spec().as_dict():
+            self.num_workers = len(resolver.cluster_spec().as_dict().get("worker", [None]))
+            self.worker_index = int(resolver.task_id or 0)
+        self.replicas = self.strategy.num_replicas_in_sync
+        tc = config.train
+        self.global_batch = tc.batch_size_per_replica * self.replicas
+        n_train = manifest.num_cases("train")
+        if n_train < self.global_batch:
+            raise TrainingError(
+                f"the training split has {n_train} cases, fewer than one global batch of {self.global_batch} "
+                f"({tc.batch_size_per_replica} per replica x {self.replicas} replicas)"
+            )
+        self.steps_per_epoch = tc.steps_per_epoch or max(1, n_train // self.global_batch)
+        self.n_val = manifest.num_cases("val")
+        if tc.patch is not None and any(p > s for p, s in zip(tc.patch, manifest.shape, strict=True)):
+            raise TrainingError(f"train.patch {list(tc.patch)} is larger than the prepared volumes {list(manifest.shape)}")
+
+        keras.mixed_precision.set_dtype_policy(tc.precision)
+        keras.utils.set_random_seed(tc.seed)
+        scale = self.replicas if tc.lr_scaling == "linear" else 1
+        self.peak_lr = config.optimizer.lr * scale
+        warmup_steps = tc.warmup_epochs * self.steps_per_epoch
+        lr: Any = self.peak_lr
+        if warmup_steps and scale != 1:
+            lr = _warmup_schedule(config.optimizer.lr, self.peak_lr, warmup_steps)
+        with self.strategy.scope():
+            self.model = build_unet(config.model, channels=manifest.channels, num_classes=manifest.num_classes)
+            optimizer = build_optimizer(config.optimizer, learning_rate=lr)
+            if tc.precision == "mixed_float16":
+                optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+            self.optimizer = optimizer
+            self.optimizer.build(self.model.trainable_variables)
+        keras.mixed_precision.set_dtype_policy("float32")  # do not leak into later trials of this process
+
+        self._loss_fn = get_loss(tc.loss)
+        self._train_iter = iter(self.strategy.distribute_datasets_from_function(self._train_dataset_fn))
+        # one input pipeline per worker; each step consumes one per-replica batch per local replica
+        per_worker_batch = tc.batch_size_per_replica * max(1, self.replicas // self.num_workers)
+        self._val_steps = eval_batches(self.n_val, self.num_workers, per_worker_batch) if self.n_val else 0
+        self._train_step = self._make_train_step()
+        self._eval_step = self._make_eval_step()
+        self.epoch = 0
+
+    # ------------------------------------------------------------------ input
+    def _train_dataset_fn(self, ctx: "tf.distribute.InputContext") -> "tf.data.Dataset":
+        tc = self.config.train
+        return make_dataset(
+            self.manifest,
+            "train",
+            batch_size=ctx.get_per_replica_batch_size(self.global_batch),
+            training=True,
+            patch=tc.patch,
+            augment_config=tc.augment,
+            seed=tc.seed,
+            num_shards=ctx.num_input_pipelines,
+            shard_index=ctx.input_pipeline_id,
+        )
+
+    def _val_dataset_fn(self, ctx: "tf.distribute.InputContext") -> "tf.data.Dataset":
+        per_replica = ctx.get_per_replica_batch_size(self.global_batch)
+        replicas_per_pipeline = max(1, ctx.num_replicas_in_sync // ctx.num_input_pipelines)
+        return make_dataset(
+            self.manifest,
+            "val",
+            batch_size=per_replica,
+            training=False,
+            num_shards=ctx.num_input_pipelines,
+            shard_index=ctx.input_pipeline_id,
+            pad_to_batches=self._val_steps * replicas_per_pipeline,
+        )
+
+    # ------------------------------------------------------------------ steps
+    def _make_train_step(self):  # noqa: ANN202
+        import tensorflow as tf
+
+        model, optimizer, strategy, loss_fn, gb = self.model, self.optimizer, self.strategy, self._loss_fn, self.global_batch
+        scaled = self.config.train.precision == "mixed_float16"
+
+        def step(image: tf.Tensor, label: tf.Tensor, weight: tf.Tensor) -> tuple[tf.Tensor, ...]:
+            with tf.GradientTape() as tape:
+                pred = model(image, training=True)
+                per_example = loss_fn(label, pred) * weight
+                loss = tf.nn.compute_average_loss(per_example, global_batch_size=gb)
+                if model.losses:
+                    loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
+                to_diff = optimizer.scale_loss(loss) if scaled else loss
+            grads = tape.gradient(to_diff, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+            return tf.reduce_sum(per_example), tf.reduce_sum(dice_score(label, pred) * weight), tf.reduce_sum(weight)
+
+        @tf.function
+        def train_step(iterator):  # noqa: ANN001, ANN202
+            out = strategy.run(step, args=next(iterator))
+            return [strategy.reduce(tf.distribute.ReduceOp.SUM, t, axis=None) for t in out]
+
+        return train_step
+
+    def _make_eval_step(self):  # noqa: ANN202
+        import tensorflow as tf
+
+        model, strategy, loss_fn = self.model, self.strategy, self._loss_fn
+
+        def step(image: tf.Tensor, label: tf.Tensor, weight: tf.Tensor) -> tuple[tf.Tensor, ...]:
+            pred = model(image, training=False)
+            return (
+                tf.reduce_sum(loss_fn(label, pred) * weight),
+                tf.reduce_sum(dice_score(label, pred) * weight),
+                tf.reduce_sum(iou_score(label, pred) * weight),
+                tf.reduce_sum(weight),
+            )
+
+        @tf.function
+        def eval_step(iterator):  # noqa: ANN001, ANN202
+            out = strategy.run(step, args=next(iterator))
+            return [strategy.reduce(tf.distribute.ReduceOp.SUM, t, axis=None) for t in out]
+
+        return eval_step
+
+    # ------------------------------------------------------------------ epochs
+    def current_lr(self) -> float:
+        opt = getattr(self.optimizer, "inner_optimizer", self.optimizer)
+        lr = opt.learning_rate
+        return float(lr.numpy() if hasattr(lr, "numpy") else lr)
+
+    def train_epoch(self) -> tuple[float, float, float]:
+        """Run ``steps_per_epoch`` steps; returns (mean loss, mean dice, seconds)."""
+        start = time.perf_counter()
+        totals = np.zeros(3)
+        for _ in range(self.steps_per_epoch):
+            totals += [float(t) for t in self._train_step(self._train_iter)]
+        seconds = time.perf_counter() - start
+        n = max(totals[2], 1.0)
+        return totals[0] / n, totals[1] / n, seconds
+
+    def evaluate(self) -> dict[str, float]:
+        """Global validation metrics over every validation case (each counted once)."""
+        if not self._val_steps:
+            return {"val_loss": math.nan, "val_dice": math.nan, "val_iou": math.nan}
+        it = iter(self.strategy.distribute_datasets_from_function(self._val_dataset_fn))
+        totals = np.zeros(4)
+        for _ in range(self._val_steps):
+            totals += [float(t) for t in self._eval_step(it)]
+        n = max(totals[3], 1.0)
+        return {"val_loss": totals[0] / n, "val_dice": totals[1] / n, "val_iou": totals[2] / n}
+
+    def run_epoch(self) -> EpochMetrics:
+        start = time.perf_counter()
+        loss, dice, train_seconds = self.train_epoch()
+        val = self.evaluate()
+        self.epoch += 1
+        return EpochMetrics(
+            epoch=self.epoch,
+            loss=loss,
+            dice=dice,
+            lr=self.current_lr(),
+            epoch_seconds=time.perf_counter() - start,
+            train_seconds=train_seconds,
+            samples_per_second=self.steps_per_epoch * self.global_batch / max(train_seconds, 1e-9),
+            **val,
+        )
+
+    # ------------------------------------------------------------------ state
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        """Model and optimiser variables as numpy arrays.
+
+        Must be called on *every* worker: reading a synchronised (e.g. batch-norm) variable
+        under ``MultiWorkerMirroredStrategy`` is a collective, so a rank-0-only read deadlocks.
+        """
+        arrays = {f"model/{i:04d}": np.asarray(v.numpy()) for i, v in enumerate(self.model.weights)}
+        arrays.update({f"optimizer/{i:04d}": np.asarray(v.numpy()) for i, v in enumerate(self.optimizer.variables)})
+        return arrays
+
+    def load_state_arrays(self, arrays: dict[str, np.ndarray], *, with_optimizer: bool = True) -> None:
+        weights = [arrays[k] for k in sorted(k for k in arrays if k.startswith("model/"))]
+        if len(weights) != len(self.model.weights):
+            raise TrainingError(
+                f"checkpoint has {len(weights)} model variables, the configured model {len(self.model.weights)}: "
+                "was it written with another model configuration?"
+            )
+        for var, value in zip(self.model.weights, weights, strict=True):
+            if tuple(var.shape) != value.shape:
+                raise TrainingError(f"checkpoint variable {var.path} has shape {value.shape}, expected {tuple(var.shape)}")
+            var.assign(value)
+        if with_optimizer:
+            opt = [arrays[k] for k in sorted(k for k in arrays if k.startswith("optimizer/"))]
+            if len(opt) == len(self.optimizer.variables):
+                for var, value in zip(self.optimizer.variables, opt, strict=True):
+                    var.assign(value)
+
+    def model_weights(self) -> list[np.ndarray]:
+        return [np.asarray(v.numpy()) for v in self.model.trainable_weights]
+
+
+def save_arrays(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """Write arrays to ``path`` (``.npz``) atomically."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as fh:
+        np.savez(fh, **arrays)
+    tmp.replace(path)
+
+
+def load_arrays(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path) as data:
+        return {k: data[k] for k in data.files}
