@@ -1,7 +1,16 @@
 """Training: one configuration, one training loop, for one worker or many."""
 
 from distmis.training._loop import EpochMetrics, Trainer, load_arrays, save_arrays
-from distmis.training._run import BEST_DIR, CHECKPOINT_DIR, METRICS_CSV, FitResult, fit, read_checkpoint_state
+from distmis.training._run import (
+    BEST_DIR,
+    CHECKPOINT_DIR,
+    METRICS_CSV,
+    FitResult,
+    RunSession,
+    fit,
+    format_epoch,
+    read_checkpoint_state,
+)
 from distmis.training._runtime import configure_tensorflow, quiet_tensorflow
 
 __all__ = [
@@ -10,9 +19,11 @@ __all__ = [
     "METRICS_CSV",
     "EpochMetrics",
     "FitResult",
+    "RunSession",
     "Trainer",
     "configure_tensorflow",
     "fit",
+    "format_epoch",
     "load_arrays",
     "quiet_tensorflow",
     "read_checkpoint_state",

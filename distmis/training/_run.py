@@ -84,6 +84,123 @@ def read_checkpoint_state(directory: Path) -> dict[str, Any]:
     return json.loads((Path(directory) / "state.json").read_text())
 
 
+class RunSession:
+    """A training run advanced one epoch at a time, writing its run directory as it goes.
+
+    ``fit`` loops over it; the Tune trainable calls :meth:`step` once per Tune iteration and
+    reuses its process for the next trial (a new ``RunSession`` per trial, same TensorFlow).
+
+    Args:
+        prepared: prepared data directory (``info.json``).
+        run_dir: where the run directory is written (by the chief only).
+        strategy: ``None`` for one worker; a ``MultiWorkerMirroredStrategy`` for data parallelism.
+        resume_from: a ``checkpoint/`` directory to continue from (optimiser state and epoch included).
+        metric, mode: what "best" means for ``best/``.
+        is_chief: whether this process writes files.
+    """
+
+    def __init__(
+        self,
+        config: ExperimentConfig,
+        prepared: str | Path,
+        run_dir: str | Path,
+        *,
+        strategy: "tf.distribute.Strategy | None" = None,
+        resume_from: str | Path | None = None,
+        metric: str = "val_dice",
+        mode: str = "max",
+        is_chief: bool = True,
+    ) -> None:
+        self.config = config
+        self.run_dir = Path(run_dir)
+        self.metric, self.mode, self.is_chief = metric, mode, is_chief
+        self.manifest = load_manifest(prepared)
+        self.trainer = Trainer(config, self.manifest, strategy=strategy)
+        self.history: list[dict[str, float]] = []
+        self.best: dict[str, float] | None = None
+        self.best_value: float | None = None
+        if resume_from is not None:
+            self.restore(resume_from)
+        self._fields = list(EpochMetrics.__dataclass_fields__)
+        if is_chief:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            dump_config(config, self.run_dir / "config.yaml")
+            # rewritten from the checkpoint's history: a crash after a CSV row but before its
+            # checkpoint must not leave a duplicated epoch
+            with open(self.run_dir / METRICS_CSV, "w", newline="") as fh:
+                writer = csv.DictWriter(fh, fieldnames=self._fields)
+                writer.writeheader()
+                writer.writerows(self.history)
+
+    @property
+    def epoch(self) -> int:
+        return self.trainer.epoch
+
+    @property
+    def done(self) -> bool:
+        return self.trainer.epoch >= self.config.train.epochs
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.run_dir / CHECKPOINT_DIR
+
+    def restore(self, checkpoint: str | Path) -> None:
+        checkpoint = Path(checkpoint)
+        if not (checkpoint / "state.npz").is_file():
+            raise TrainingError(f"{checkpoint}: no checkpoint to resume from (state.npz missing)")
+        self.trainer.load_state_arrays(load_arrays(checkpoint / "state.npz"))
+        state = read_checkpoint_state(checkpoint)
+        self.trainer.epoch = int(state["epoch"])
+        self.history = list(state.get("history", []))
+        self.best_value = state.get("best_value")
+        self.best = state.get("best")
+
+    def step(self) -> EpochMetrics:
+        """Train one epoch, validate, and write the CSV row, best weights and checkpoint."""
+        metrics = self.trainer.run_epoch()
+        row = metrics.as_dict()
+        self.history.append(row)
+        value = row.get(self.metric)
+        improved = _better(self.metric, self.mode, value, self.best_value)
+        arrays = self.trainer.state_arrays()  # every rank: may be a collective
+        if improved:
+            self.best_value, self.best = value, row
+        if self.is_chief:
+            with open(self.run_dir / METRICS_CSV, "a", newline="") as fh:
+                csv.DictWriter(fh, fieldnames=self._fields).writerow(row)
+            if improved:
+                self._write_best(arrays, row)
+            state = {
+                "epoch": self.trainer.epoch,
+                "history": self.history,
+                "best_value": self.best_value,
+                "best": self.best,
+                "metric": self.metric,
+                "mode": self.mode,
+            }
+            _write_checkpoint(self.checkpoint_dir, arrays, state)
+        return metrics
+
+    def _write_best(self, arrays: dict, row: dict[str, float]) -> None:
+        best = self.run_dir / BEST_DIR
+        tmp = self.run_dir / f".{BEST_DIR}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        save_arrays(tmp / "weights.npz", {k: v for k, v in arrays.items() if k.startswith("model/")})
+        dump_config(self.config, tmp / "config.yaml")
+        write_json_atomic(tmp / "preprocessing.json", _preprocessing_record(self.manifest.info))
+        write_json_atomic(tmp / "metrics.json", row)
+        shutil.rmtree(best, ignore_errors=True)
+        tmp.replace(best)
+
+
+def format_epoch(m: EpochMetrics, epochs: int) -> str:
+    return (
+        f"epoch {m.epoch:3d}/{epochs}  loss {m.loss:.4f}  dice {m.dice:.4f}  val_loss {m.val_loss:.4f}  "
+        f"val_dice {m.val_dice:.4f}  {m.epoch_seconds:.1f}s  {m.samples_per_second:.1f} samples/s"
+    )
+
+
 def fit(
     config: ExperimentConfig,
     prepared: str | Path,
@@ -97,88 +214,21 @@ def fit(
     is_chief: bool = True,
     log: Callable[[str], None] | None = None,
 ) -> FitResult:
-    """Train ``config`` on the prepared data for ``config.train.epochs`` epochs.
+    """Train ``config`` for ``config.train.epochs`` epochs (see :class:`RunSession` for the arguments).
 
-    Args:
-        prepared: prepared data directory (``info.json``).
-        run_dir: where the run directory is written (rank 0 only writes).
-        strategy: ``None`` for one worker; a ``MultiWorkerMirroredStrategy`` for data parallelism.
-        resume_from: a ``checkpoint/`` directory to continue from (optimiser state and epoch included).
-        on_epoch: called after every epoch with the metrics and the checkpoint directory (rank 0)
-            or ``None`` (other ranks); returning ``True`` stops training.
-        metric, mode: what "best" means for ``best/``.
-        is_chief: whether this process writes files.
+    ``on_epoch`` is called after every epoch with the metrics and the checkpoint directory
+    (``None`` on non-chief workers); returning ``True`` stops training.
     """
-    run_dir = Path(run_dir)
-    manifest = load_manifest(prepared)
-    trainer = Trainer(config, manifest, strategy=strategy)
-    result = FitResult(run_dir=run_dir)
-    best_value: float | None = None
-    if resume_from is not None:
-        resume_from = Path(resume_from)
-        if not (resume_from / "state.npz").is_file():
-            raise TrainingError(f"{resume_from}: no checkpoint to resume from (state.npz missing)")
-        trainer.load_state_arrays(load_arrays(resume_from / "state.npz"))
-        state = read_checkpoint_state(resume_from)
-        trainer.epoch = int(state["epoch"])
-        result.history = list(state.get("history", []))
-        best_value = state.get("best_value")
-        result.best = state.get("best")
-
-    if is_chief:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        dump_config(config, run_dir / "config.yaml")
-    csv_path = run_dir / METRICS_CSV
-    fields = list(EpochMetrics.__dataclass_fields__)
-    if is_chief:
-        # rewrite from the checkpoint's history: a crash after the CSV row but before the
-        # checkpoint must not leave a duplicated epoch
-        with open(csv_path, "w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=fields)
-            writer.writeheader()
-            writer.writerows(result.history)
-
-    while trainer.epoch < config.train.epochs:
-        metrics = trainer.run_epoch()
-        row = metrics.as_dict()
-        result.history.append(row)
-        value = row.get(metric)
-        improved = _better(metric, mode, value, best_value)
-        arrays = trainer.state_arrays()  # every rank: may be a collective
-        if improved:
-            best_value = value
-            result.best = row
-        if is_chief:
-            with open(csv_path, "a", newline="") as fh:
-                csv.DictWriter(fh, fieldnames=fields).writerow(row)
-            if improved:
-                best = run_dir / BEST_DIR
-                tmp = run_dir / f".{BEST_DIR}.tmp"
-                shutil.rmtree(tmp, ignore_errors=True)
-                tmp.mkdir()
-                save_arrays(tmp / "weights.npz", {k: v for k, v in arrays.items() if k.startswith("model/")})
-                dump_config(config, tmp / "config.yaml")
-                write_json_atomic(tmp / "preprocessing.json", _preprocessing_record(manifest.info))
-                write_json_atomic(tmp / "metrics.json", row)
-                shutil.rmtree(best, ignore_errors=True)
-                tmp.replace(best)
-            state = {
-                "epoch": trainer.epoch,
-                "history": result.history,
-                "best_value": best_value,
-                "best": result.best,
-                "metric": metric,
-                "mode": mode,
-            }
-            _write_checkpoint(run_dir / CHECKPOINT_DIR, arrays, state)
+    session = RunSession(
+        config, prepared, run_dir, strategy=strategy, resume_from=resume_from, metric=metric, mode=mode, is_chief=is_chief
+    )
+    result = FitResult(run_dir=session.run_dir)
+    while not session.done:
+        metrics = session.step()
         if log:
-            log(
-                f"epoch {metrics.epoch:3d}/{config.train.epochs}  loss {metrics.loss:.4f}  dice {metrics.dice:.4f}  "
-                f"val_loss {metrics.val_loss:.4f}  val_dice {metrics.val_dice:.4f}  "
-                f"{metrics.epoch_seconds:.1f}s  {metrics.samples_per_second:.1f} samples/s"
-            )
-        stop = on_epoch(metrics, run_dir / CHECKPOINT_DIR if is_chief else None) if on_epoch else None
-        if stop:
+            log(format_epoch(metrics, config.train.epochs))
+        if on_epoch and on_epoch(metrics, session.checkpoint_dir if is_chief else None):
             result.stopped_early = True
             break
+    result.history, result.best = session.history, session.best
     return result

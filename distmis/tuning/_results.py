@@ -1,0 +1,179 @@
+"""What a finished search leaves behind: results.csv, best.yaml, best/, summary.json, a printed summary."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from distmis._fsutil import write_json_atomic, write_text_atomic
+from distmis.config import ExperimentConfig, apply_params, dump_config
+from distmis.tuning._trial import REPORTED_AT, STARTED_AT
+
+if TYPE_CHECKING:
+    from ray.tune import ResultGrid
+
+
+@dataclass
+class TrialRow:
+    trial_id: str
+    status: str
+    params: dict[str, Any]
+    epochs: int
+    stopped_early: bool
+    final: dict[str, float]
+    best: dict[str, float]
+    started_at: float | None
+    finished_at: float | None
+    error: str | None = None
+
+    @property
+    def seconds(self) -> float | None:
+        if self.started_at is None or self.finished_at is None:
+            return None
+        return self.finished_at - self.started_at
+
+
+@dataclass
+class SearchSummary:
+    name: str
+    out: str
+    metric: str
+    mode: str
+    wall_seconds: float
+    trials: int
+    finished: int
+    stopped_early: int
+    failed: int
+    max_concurrent_observed: int
+    best_trial_id: str | None = None
+    best_value: float | None = None
+    best_params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.failed == 0 and self.best_trial_id is not None
+
+    def print(self) -> None:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"distmis search '{self.name}'", show_header=False)
+        table.add_row("best trial", f"{self.best_trial_id}  {self.metric}={self.best_value:.4f}" if self.best_trial_id else "none")
+        table.add_row("best params", json.dumps(self.best_params))
+        table.add_row("trials", f"{self.trials}: {self.finished} finished, {self.stopped_early} stopped early, {self.failed} failed")
+        table.add_row("wall time", f"{self.wall_seconds:.1f} s")
+        table.add_row("max concurrent trials seen", str(self.max_concurrent_observed))
+        table.add_row("results", f"{self.out}/results.csv, best.yaml, best/")
+        Console().print(table)
+
+
+def max_overlap(intervals: list[tuple[float, float]]) -> int:
+    """The largest number of intervals that overlap at one instant (sweep line)."""
+    events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals], key=lambda x: (x[0], x[1]))
+    best = cur = 0
+    for _, delta in events:
+        cur += delta
+        best = max(best, cur)
+    return best
+
+
+def _rows(grid: "ResultGrid", config: ExperimentConfig) -> list[TrialRow]:
+    metric, mode = config.search.metric, config.search.mode
+    rows = []
+    for result in grid:
+        df = result.metrics_dataframe
+        metrics = result.metrics or {}
+        trial_id = metrics.get("trial_id") or (result.path and Path(result.path).name) or "?"
+        params = {k: v for k, v in (result.config or {}).items() if not k.startswith("_")}
+        epochs = int(metrics.get("epoch", 0) or 0)
+        best: dict[str, float] = {}
+        started = finished = None
+        if df is not None and len(df) and metric in df:
+            col = df[metric].astype(float)
+            idx = col.idxmax() if mode == "max" else col.idxmin()
+            if not math.isnan(col[idx]):
+                best = {k: float(df.loc[idx, k]) for k in ("epoch", "val_dice", "val_loss", "val_iou", "dice", "loss") if k in df}
+            started = float(df[STARTED_AT].min()) if STARTED_AT in df else None
+            finished = float(df[REPORTED_AT].max()) if REPORTED_AT in df else None
+        status = "ERROR" if result.error else "TERMINATED"
+        rows.append(
+            TrialRow(
+                trial_id=str(trial_id),
+                status=status,
+                params=params,
+                epochs=epochs,
+                stopped_early=status != "ERROR" and epochs < config.train.epochs,
+                final={k: float(metrics[k]) for k in ("val_dice", "val_loss", "val_iou", "dice", "loss") if k in metrics},
+                best=best,
+                started_at=started,
+                finished_at=finished,
+                error=str(result.error).splitlines()[0][:300] if result.error else None,
+            )
+        )
+    return sorted(rows, key=lambda r: r.trial_id)
+
+
+def _csv(rows: list[TrialRow], metric_names: list[str]) -> str:
+    param_names = sorted({k for r in rows for k in r.params})
+    header = (
+        ["trial_id", "status", *param_names, "epochs", "stopped_early", "seconds", "started_at", "finished_at"]
+        + [f"final_{m}" for m in metric_names]
+        + [f"best_{m}" for m in metric_names]
+        + ["best_epoch", "error"]
+    )
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(header)
+    for r in rows:
+        w.writerow(
+            [r.trial_id, r.status, *[r.params.get(p, "") for p in param_names], r.epochs, r.stopped_early,
+             "" if r.seconds is None else f"{r.seconds:.2f}", r.started_at or "", r.finished_at or ""]
+            + [r.final.get(m, "") for m in metric_names]
+            + [r.best.get(m, "") for m in metric_names]
+            + [int(r.best["epoch"]) if "epoch" in r.best else "", r.error or ""]
+        )
+    return buf.getvalue()
+
+
+def summarise(config: ExperimentConfig, grid: "ResultGrid", out: Path, *, wall_seconds: float, prepared: Path) -> SearchSummary:
+    """Write results.csv, best.yaml, best/ and summary.json for a finished search."""
+    rows = _rows(grid, config)
+    metric, mode = config.search.metric, config.search.mode
+    write_text_atomic(out / "results.csv", _csv(rows, ["val_dice", "val_loss", "val_iou", "dice", "loss"]))
+    scored = [r for r in rows if metric in r.best]
+    best = None
+    if scored:
+        best = (max if mode == "max" else min)(scored, key=lambda r: r.best[metric])
+        dump_config(apply_params(config, best.params), out / "best.yaml")
+        src = out / "trials" / best.trial_id / "best"
+        if src.is_dir():
+            tmp = out / ".best.tmp"
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.copytree(src, tmp)
+            shutil.rmtree(out / "best", ignore_errors=True)
+            tmp.replace(out / "best")
+    intervals = [(r.started_at, r.finished_at) for r in rows if r.started_at is not None and r.finished_at is not None]
+    summary = SearchSummary(
+        name=config.name,
+        out=str(out),
+        metric=metric,
+        mode=mode,
+        wall_seconds=wall_seconds,
+        trials=len(rows),
+        finished=sum(r.status == "TERMINATED" and not r.stopped_early for r in rows),
+        stopped_early=sum(r.stopped_early for r in rows),
+        failed=sum(r.status == "ERROR" for r in rows),
+        max_concurrent_observed=max_overlap(intervals) if intervals else 0,
+        best_trial_id=best.trial_id if best else None,
+        best_value=best.best[metric] if best else None,
+        best_params=best.params if best else {},
+    )
+    write_json_atomic(out / "summary.json", {**asdict(summary), "prepared": str(prepared),
+                                             "trials_detail": [asdict(r) for r in rows]})
+    return summary

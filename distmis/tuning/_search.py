@@ -1,0 +1,211 @@
+"""``distmis tune``: a Ray Tune search over one search-space file, resumable.
+
+Experiment directory (``--out``, default ``runs/<name>``)::
+
+    search.yaml        the search-space file as given (the search's single source of truth)
+    optuna.journal     the Optuna study (JournalStorage): survives a killed driver
+    tune/              Ray Tune's experiment state, trial checkpoints and logs
+    trials/<id>/       each trial's run directory (metrics.csv, checkpoint/, best/)
+    results.csv        one row per trial: params, final and best metrics, epochs, early stop, seconds
+    best.yaml          the best trial's configuration, accepted by `distmis train`
+    best/              the best trial's weights and preprocessing record
+    summary.json       best trial, counts, wall time, observed concurrency
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+from distmis._fsutil import write_text_atomic
+from distmis.config import ExperimentConfig
+from distmis.exceptions import TuningError
+from distmis.tuning._results import SearchSummary, summarise
+from distmis.tuning._trial import TrialContext, trainable_for
+from distmis.tuning.space import define_by_run, grid_points
+
+TUNE_DIR = "tune"
+JOURNAL = "optuna.journal"
+
+
+def experiment_dir(config: ExperimentConfig, out: str | os.PathLike[str] | None) -> Path:
+    return Path(out or Path("runs") / config.name).resolve()
+
+
+def _check_out(out: Path, resume: bool) -> None:
+    started = (out / TUNE_DIR).exists() or (out / JOURNAL).exists()
+    if resume and not started:
+        raise TuningError(f"{out}: no search to resume here (no {TUNE_DIR}/ or {JOURNAL}); run without --resume")
+    if not resume and started:
+        raise TuningError(
+            f"{out}: a search already exists here; pass --resume to continue it, or choose another --out "
+            "(nothing was overwritten)"
+        )
+
+
+def plan_concurrency(config: ExperimentConfig, cluster: dict[str, float]) -> tuple[dict[str, float], int]:
+    """Resources of one trial and how many can run at once on ``cluster``.
+
+    Raises:
+        TuningError: when one trial can never fit on the cluster (instead of hanging).
+    """
+    par = config.parallelism
+    per_trial = {"CPU": par.cpus_per_worker * par.workers_per_trial, "GPU": par.gpus_per_worker * par.workers_per_trial}
+    fits = []
+    for key, need in per_trial.items():
+        if need <= 0:
+            continue
+        have = cluster.get(key, 0.0)
+        if need > have + 1e-9:
+            raise TuningError(
+                f"parallelism: one trial needs {need:g} {key} ({par.workers_per_trial} worker(s) x "
+                f"{par.cpus_per_worker if key == 'CPU' else par.gpus_per_worker:g}), the cluster has {have:g}; "
+                "it could never start"
+            )
+        fits.append(int(math.floor(have / need + 1e-9)))
+    possible = max(1, min(fits)) if fits else 1
+    wanted = config.search.max_concurrent_trials
+    return per_trial, min(possible, wanted) if wanted else possible
+
+
+def _searcher(config: ExperimentConfig, out: Path):  # noqa: ANN202
+    import optuna
+    from ray.tune.search.basic_variant import BasicVariantGenerator
+    from ray.tune.search.optuna import OptunaSearch
+
+    s = config.search
+    if s.algorithm == "grid":
+        points = grid_points(config.space)
+        return BasicVariantGenerator(points_to_evaluate=points, random_state=s.seed), len(points)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        if s.algorithm == "random":
+            sampler: optuna.samplers.BaseSampler = optuna.samplers.RandomSampler(seed=s.seed)
+        else:
+            # constant_liar: concurrent trials see each other as pending, so TPE does not
+            # propose the same point to every free worker; group=True handles conditional spaces.
+            sampler = optuna.samplers.TPESampler(
+                seed=s.seed,
+                n_startup_trials=min(10, max(2, s.num_samples // 2)),
+                multivariate=True,
+                group=True,
+                constant_liar=True,
+            )
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    storage = JournalStorage(JournalFileBackend(str(out / JOURNAL)))
+    searcher = OptunaSearch(
+        space=define_by_run(config.space),
+        metric=s.metric,
+        mode=s.mode,
+        sampler=sampler,
+        study_name=config.name,
+        storage=storage,
+    )
+    return searcher, s.num_samples
+
+
+def run_search(
+    config: ExperimentConfig,
+    *,
+    space_file: str | os.PathLike[str] | None = None,
+    out: str | os.PathLike[str] | None = None,
+    resume: bool = False,
+    address: str | None = None,
+    verbose: int = 1,
+) -> SearchSummary:
+    """Run (or resume) the search described by ``config``; returns its summary.
+
+    Raises:
+        TuningError: an existing search without ``resume``, nothing to resume, a trial that
+            can never fit on the cluster.
+    """
+    from distmis.tuning._ray import init_ray, use_private_token
+
+    use_private_token(address)  # before Ray is imported anywhere in this process
+    from ray import tune
+
+    from distmis.data import resolve_prepared
+
+    if config.parallelism.mode != "experiment":
+        raise TuningError(
+            f"parallelism.mode {config.parallelism.mode!r} is not available in this version; use 'experiment'"
+        )
+    if not config.space:
+        raise TuningError("space: the search space is empty")
+    out = experiment_dir(config, out)
+    _check_out(out, resume)
+    start = time.time()
+    out.mkdir(parents=True, exist_ok=True)
+    if space_file is not None and not resume:
+        write_text_atomic(out / "search.yaml", Path(space_file).read_text(encoding="utf-8"))
+
+    base_dir = Path(space_file).resolve().parent if space_file else Path.cwd()
+    prepared = resolve_prepared(config.data, base_dir=base_dir)
+    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "5")  # experiment state saved often: resumable after kill -9
+    os.environ.setdefault("RAY_CHDIR_TO_TRIAL_DIR", "0")
+    # checkpointing every epoch is deliberate (resume loses at most one epoch): no warning for it
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    cluster = init_ray(address, env_vars={"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONWARNINGS": "ignore::DeprecationWarning"})
+    per_trial, concurrency = plan_concurrency(config, cluster)
+
+    context = TrialContext(
+        base_config=config.to_yaml_dict(),
+        prepared=str(prepared),
+        trials_dir=str(out / "trials"),
+        metric=config.search.metric,
+        mode=config.search.mode,
+        threads=int(config.train.threads or max(1, math.floor(config.parallelism.cpus_per_worker))),
+    )
+    trainable = tune.with_resources(trainable_for(context), {"cpu": per_trial["CPU"], "gpu": per_trial["GPU"]})
+    if resume:
+        tuner = tune.Tuner.restore(str(out / TUNE_DIR), trainable, resume_unfinished=True, resume_errored=True)
+    else:
+        searcher, num_samples = _searcher(config, out)
+        scheduler = None
+        sc = config.search.scheduler
+        if sc.type == "asha":
+            from ray.tune.schedulers import ASHAScheduler
+
+            scheduler = ASHAScheduler(
+                time_attr="epoch",
+                max_t=config.train.epochs,
+                grace_period=min(sc.grace_period, config.train.epochs),
+                reduction_factor=sc.reduction_factor,
+            )
+        tuner = tune.Tuner(
+            trainable,
+            tune_config=tune.TuneConfig(
+                metric=config.search.metric,
+                mode=config.search.mode,
+                search_alg=searcher,
+                scheduler=scheduler,
+                num_samples=num_samples,
+                max_concurrent_trials=concurrency,
+                reuse_actors=True,
+            ),
+            run_config=tune.RunConfig(
+                name=TUNE_DIR,
+                storage_path=str(out),
+                failure_config=tune.FailureConfig(max_failures=config.search.max_failures),
+                checkpoint_config=tune.CheckpointConfig(num_to_keep=2, checkpoint_frequency=1, checkpoint_at_end=True),
+                verbose=verbose,
+            ),
+        )
+    print(
+        f"distmis: search '{config.name}' -> {out}  ({config.search.algorithm}, "
+        f"{'resuming' if resume else f'{config.search.num_samples} samples'}, up to {concurrency} concurrent trial(s) of "
+        f"{per_trial['CPU']:g} CPU / {per_trial['GPU']:g} GPU)",
+        flush=True,
+    )
+    grid = tuner.fit()
+    summary = summarise(config, grid, out, wall_seconds=time.time() - start, prepared=prepared)
+    summary.print()
+    return summary
+

@@ -1,0 +1,94 @@
+"""One Tune trial (experiment parallelism): train one sampled configuration on one worker.
+
+A class trainable rather than a function: Ray Tune 2.60 can reuse an actor between trials
+only through ``reset_config`` (function trainables refuse reuse), and reuse is what keeps
+the trial processes warm — TensorFlow imported and its thread pools set up once per actor,
+not once per trial. Each Tune iteration is one epoch; Tune checkpoints every epoch so ASHA
+can stop a trial and a failed trial restarts from its last epoch.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ray import tune
+
+# Keys the trial adds to every report besides the epoch metrics.
+STARTED_AT = "trial_started_at"
+REPORTED_AT = "trial_reported_at"
+PID = "trial_pid"
+NODE = "node_ip"
+
+
+@dataclass(frozen=True)
+class TrialContext:
+    """What every trial needs besides its sampled parameters (shared via the object store)."""
+
+    base_config: dict[str, Any]
+    prepared: str
+    trials_dir: str
+    metric: str
+    mode: str
+    threads: int
+
+
+def sampled_params(config: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in config.items() if not k.startswith("_")}
+
+
+class DistmisTrial(tune.Trainable):
+    """Tune trainable: ``setup`` builds a :class:`~distmis.training.RunSession`, ``step`` runs an epoch."""
+
+    _context: TrialContext  # set by ``trainable_for``
+
+    def setup(self, config: dict[str, Any]) -> None:
+        from distmis.training import configure_tensorflow
+
+        configure_tensorflow(self._context.threads)
+        self._start_session(config)
+
+    def _start_session(self, config: dict[str, Any]) -> None:
+        import keras
+        import ray
+
+        from distmis.config import ExperimentConfig, apply_params
+        from distmis.training import RunSession
+
+        keras.backend.clear_session()  # a reused actor must not keep the previous trial's graphs
+        ctx = self._context
+        trial_config = apply_params(ExperimentConfig.model_validate(ctx.base_config), sampled_params(config))
+        self._epochs = trial_config.train.epochs
+        self._started = time.time()
+        self._node = ray.util.get_node_ip_address()
+        self._session = RunSession(
+            trial_config, ctx.prepared, Path(ctx.trials_dir) / self.trial_id, metric=ctx.metric, mode=ctx.mode
+        )
+
+    def step(self) -> dict[str, Any]:
+        metrics = self._session.step().as_dict()
+        metrics.update({STARTED_AT: self._started, REPORTED_AT: time.time(), PID: os.getpid(), NODE: self._node})
+        if self._session.done:
+            metrics[tune.result.DONE] = True
+        return metrics
+
+    def save_checkpoint(self, checkpoint_dir: str) -> None:
+        src = self._session.checkpoint_dir
+        for name in ("state.npz", "state.json"):
+            shutil.copy2(src / name, Path(checkpoint_dir) / name)
+
+    def load_checkpoint(self, checkpoint_dir: str) -> None:
+        self._session.restore(checkpoint_dir)
+
+    def reset_config(self, new_config: dict[str, Any]) -> bool:
+        self._start_session(new_config)
+        return True
+
+
+def trainable_for(context: TrialContext) -> type[DistmisTrial]:
+    """A trainable class bound to ``context`` (kept small: Tune ships the class to every actor)."""
+    return type("distmis_trial", (DistmisTrial,), {"_context": context})

@@ -1,0 +1,129 @@
+"""The ``space`` section turned into something a searcher samples.
+
+One definition serves every algorithm: Optuna's TPE and random sampling both run the same
+define-by-run function (so conditional parameters are only *sampled* when their condition
+holds, not sampled and discarded), and grid search enumerates the same definition.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from distmis.config import ExperimentConfig, ParamSpec
+from distmis.exceptions import ConfigError
+
+if TYPE_CHECKING:
+    import optuna
+
+
+def _condition_holds(spec: ParamSpec, values: dict[str, Any]) -> bool:
+    """``when: {norm: group}`` holds when ``norm`` was sampled and equals ``group`` (or is in a list)."""
+    for target, wanted in (spec.when or {}).items():
+        if target not in values:
+            return False
+        allowed = wanted if isinstance(wanted, list) else [wanted]
+        if values[target] not in allowed:
+            return False
+    return True
+
+
+def ordered_params(space: dict[str, ParamSpec]) -> list[str]:
+    """Parameter names with every condition's target before the parameters that depend on it."""
+    order: list[str] = []
+    visiting: set[str] = set()
+
+    def visit(name: str) -> None:
+        if name in order:
+            return
+        if name in visiting:
+            raise ConfigError(f"space: conditions form a cycle through {name!r}")
+        visiting.add(name)
+        for target in (space[name].when or {}):
+            if target in space:
+                visit(target)
+        visiting.discard(name)
+        order.append(name)
+
+    for name in space:
+        visit(name)
+    return order
+
+
+class DefineByRun:
+    """An Optuna define-by-run function sampling ``space`` (conditions respected).
+
+    A class rather than a closure: Ray Tune pickles the searcher, and with it this function,
+    into the experiment state that ``--resume`` restores.
+    """
+
+    def __init__(self, space: dict[str, ParamSpec]) -> None:
+        self.space = dict(space)
+        self.order = ordered_params(self.space)
+
+    def __call__(self, trial: "optuna.Trial") -> None:
+        values: dict[str, Any] = {}
+        for name in self.order:
+            spec = self.space[name]
+            if not _condition_holds(spec, values):
+                continue
+            if spec.loguniform is not None:
+                values[name] = trial.suggest_float(name, *spec.loguniform, log=True)
+            elif spec.uniform is not None:
+                values[name] = trial.suggest_float(name, *spec.uniform)
+            elif spec.randint is not None:
+                values[name] = trial.suggest_int(name, *spec.randint)
+            else:
+                values[name] = trial.suggest_categorical(name, spec.choice)
+        return None
+
+
+def define_by_run(space: dict[str, ParamSpec]) -> DefineByRun:
+    """The define-by-run sampler of ``space`` (see :class:`DefineByRun`)."""
+    return DefineByRun(space)
+
+
+def grid_points(space: dict[str, ParamSpec]) -> list[dict[str, Any]]:
+    """Every combination of a grid search: ``choice`` lists and integer ranges, conditions respected.
+
+    Raises:
+        ConfigError: for continuous parameters, which have no grid.
+    """
+    order = ordered_params(space)
+    for name in order:
+        if space[name].kind in ("uniform", "loguniform"):
+            raise ConfigError(f"space.{name}: grid search needs `choice` (or `randint`) values, got {space[name].kind}")
+
+    def values_of(spec: ParamSpec) -> list[Any]:
+        if spec.randint is not None:
+            return list(range(spec.randint[0], spec.randint[1]))
+        return list(spec.choice or [])
+
+    points: list[dict[str, Any]] = [{}]
+    for name in order:
+        spec = space[name]
+        grown: list[dict[str, Any]] = []
+        for point in points:
+            if _condition_holds(spec, point):
+                grown.extend({**point, name: v} for v in values_of(spec))
+            else:
+                grown.append(point)
+        points = grown
+    unique = {tuple(sorted(p.items(), key=lambda kv: kv[0])): p for p in points}
+    return list(unique.values())
+
+
+def describe_space(config: ExperimentConfig) -> str:
+    """A human-readable summary used by ``distmis validate``."""
+    from distmis.config import resolve_param_name
+
+    lines = [f"search '{config.name}': {config.search.algorithm}, {config.search.num_samples} samples, "
+             f"metric {config.search.metric} ({config.search.mode}), parallelism {config.parallelism.mode}"]
+    for name in ordered_params(config.space):
+        spec = config.space[name]
+        dist = getattr(spec, spec.kind)
+        cond = f"  when {spec.when}" if spec.when else ""
+        lines.append(f"  {name:<12} -> {resolve_param_name(name):<22} {spec.kind} {dist}{cond}")
+    if config.search.algorithm == "grid":
+        lines.append(f"  grid size: {len(grid_points(config.space))}")
+    return "\n".join(lines)
+
