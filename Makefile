@@ -1,0 +1,37 @@
+# The two commands that work on a fresh machine with Python 3.11 and make:
+#   make demo   - venv, install, a real search on synthetic data, where to look at the results
+#   make test   - venv, install with test extras, the test suite
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# TensorFlow flavour: cpu (tensorflow-cpu, laptops/CI) or gpu (tensorflow[and-cuda], GPU nodes)
+TF     ?= cpu
+DEMO_OUT ?= runs/demo
+
+.PHONY: demo test install clean
+
+$(BIN)/.installed-$(TF): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[$(TF),test]'
+	rm -f $(BIN)/.installed-*
+	touch $@
+
+install: $(BIN)/.installed-$(TF)
+
+demo: install
+	@echo "== distmis demo: quickstart search on synthetic MSD-layout data (data cached in ./data)"
+	rm -rf $(DEMO_OUT)
+	DISTMIS_DATA_HOME=$(CURDIR)/data $(BIN)/distmis tune search_spaces/quickstart.yaml --out $(DEMO_OUT)
+	@echo
+	@echo "== where to look"
+	@echo "  results table:     $(DEMO_OUT)/results.csv"
+	@echo "  best config:       $(DEMO_OUT)/best.yaml   (retrain it: $(BIN)/distmis train $(DEMO_OUT)/best.yaml)"
+	@echo "  best weights:      $(DEMO_OUT)/best/"
+	@echo "  per-trial curves:  $(DEMO_OUT)/trials/<id>/metrics.csv"
+
+test: install
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf $(VENV) runs data .pytest_cache

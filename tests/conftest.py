@@ -1,0 +1,38 @@
+"""Shared fixtures: tiny real datasets written with nibabel and prepared with distmis."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def msd16(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A synthetic MSD dataset: 12 training cases of 16^3 x 4 modalities, 2 test cases."""
+    from distmis.data import write_synthetic_msd
+
+    return write_synthetic_msd(tmp_path_factory.mktemp("msd") / "msd16", cases=12, shape=(16, 16, 16), seed=3)
+
+
+@pytest.fixture(scope="session")
+def prepared16(msd16: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``msd16`` prepared: split 8/2/2, binary labels, 2 shards per split."""
+    from distmis.data import prepare_dataset
+
+    out = tmp_path_factory.mktemp("prep") / "prepared16"
+    prepare_dataset(msd16, out, shape=(16, 16, 16), split=(0.7, 0.15, 0.15), shards=2, seed=0, workers=2)
+    return out
+
+
+@pytest.fixture
+def data_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "data-home"
+    monkeypatch.setenv("DISTMIS_DATA_HOME", str(home))
+    return home

@@ -1,0 +1,105 @@
+"""The configuration file: every invalid input gives one error naming file, line and YAML path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from distmis.cli import main
+from distmis.config import ExperimentConfig, apply_params, load_config, resolve_param_name
+from distmis.exceptions import ConfigError
+
+REPO = Path(__file__).resolve().parents[1]
+
+VALID = """\
+name: t
+train: {epochs: 2}
+space:
+  lr: {loguniform: [1.0e-4, 1.0e-2]}
+  norm: {choice: [batch, group]}
+  groups: {choice: [2, 4], when: {norm: group}}
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "space.yaml"
+    p.write_text(text)
+    return p
+
+
+@pytest.mark.parametrize("name", ["quickstart.yaml", "distmis_grid.yaml", "brats_tpe.yaml"])
+def test_shipped_search_spaces_are_valid(name: str) -> None:
+    cfg = load_config(REPO / "search_spaces" / name, require_space=True)
+    assert cfg.space
+
+
+def test_valid_file_loads(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, VALID), require_space=True)
+    assert cfg.train.epochs == 2 and set(cfg.space) == {"lr", "norm", "groups"}
+
+
+@pytest.mark.parametrize(
+    ("text", "pattern"),
+    [
+        # bad type, with the line of the key
+        ("train:\n  epochs: lots\n", r":2: train\.epochs: .*integer"),
+        # unknown key with a did-you-mean hint
+        ("train:\n  epoch: 3\n", r":2: train\.epoch: unknown key \(did you mean 'epochs'\?\)"),
+        ("optimiser: {lr: 0.1}\n", r":1: optimiser: unknown key \(did you mean 'optimizer'\?\)"),
+        # empty space
+        ("name: t\n", r"space: the search space is empty"),
+        # low > high
+        ("space:\n  lr: {uniform: [0.1, 0.01]}\n", r":2: space\.lr: `low < high` must hold"),
+        # loguniform <= 0
+        ("space:\n  lr: {loguniform: [0.0, 0.01]}\n", r"space\.lr: loguniform needs low > 0"),
+        # unknown condition target
+        ("space:\n  groups: {choice: [2], when: {nrom: group}}\n  norm: {choice: [group]}\n",
+         r"space\.groups\.when\.nrom: condition on 'nrom'.*\(did you mean 'norm'\?\)"),
+        # unknown metric
+        ("search: {metric: val_dcie}\nspace:\n  lr: {loguniform: [0.001, 0.01]}\n",
+         r":1: search\.metric: unknown metric 'val_dcie' \(did you mean 'val_dice'\?\)"),
+        # unknown searchable field
+        ("space:\n  learning_rate: {loguniform: [0.001, 0.01]}\n", r"space\.learning_rate: unknown searchable field"),
+        # two distributions at once
+        ("space:\n  lr: {uniform: [0.1, 0.2], choice: [1]}\n", r"space\.lr: a parameter needs exactly one of"),
+        # U-Net cannot downsample this patch
+        ("train: {patch: [30, 32, 32]}\nspace:\n  lr: {loguniform: [0.001, 0.01]}\n", r"train\.patch must be divisible"),
+        # groups must divide filters
+        ("model: {norm: group, groups: 3, filters: 8}\nspace:\n  lr: {loguniform: [0.001, 0.01]}\n",
+         r"groups to divide filters"),
+        # not YAML at all
+        ("space: [unclosed\n", r"not valid YAML"),
+    ],
+)
+def test_invalid_files_give_one_clear_error(tmp_path: Path, text: str, pattern: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError, match=pattern) as info:
+        load_config(path, require_space=True)
+    assert str(path) in str(info.value)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no such configuration file"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_cli_validate_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", str(write(tmp_path, VALID))]) == 0
+    assert "valid" in capsys.readouterr().out
+    assert main(["validate", str(write(tmp_path, "train: {epoch: 1}\n"))]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("distmis: error:") and "did you mean 'epochs'" in err
+
+
+def test_short_and_dotted_names() -> None:
+    assert resolve_param_name("lr") == "optimizer.lr"
+    assert resolve_param_name("norm") == "model.norm"
+    assert resolve_param_name("train.epochs") == "train.epochs"
+    cfg = apply_params(ExperimentConfig(), {"lr": 0.01, "norm": "group", "groups": 2})
+    assert cfg.optimizer.lr == 0.01 and cfg.model.norm == "group" and cfg.model.groups == 2
+
+
+def test_apply_params_validates() -> None:
+    with pytest.raises(ValueError, match="groups to divide filters"):
+        apply_params(ExperimentConfig(), {"norm": "group", "groups": 3})

@@ -1,0 +1,69 @@
+"""One training run: overfit a small subset (CSCS practice), checkpoints, resume, CLI."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+import yaml
+
+from distmis.cli import main
+from distmis.config import ExperimentConfig, load_config
+from distmis.training import fit
+
+
+def _config(prepared: Path, **train: object) -> ExperimentConfig:
+    return ExperimentConfig.model_validate(
+        {
+            "name": "t",
+            "data": {"source": str(prepared)},
+            "train": {"epochs": 3, "batch_size_per_replica": 2, "augment": {"flip": False, "intensity": 0.0}, **train},
+            "model": {"depth": 3, "filters": 8},
+            "optimizer": {"lr": 0.01},
+        }
+    )
+
+
+def test_overfits_small_subset(prepared16: Path, tmp_path: Path) -> None:
+    """Train Dice >= 0.9 within a bounded number of epochs on 8 cases of 16^3."""
+    result = fit(_config(prepared16, epochs=60, threads=2), prepared16, tmp_path / "run",
+                 on_epoch=lambda m, _: m.dice >= 0.9 and m.epoch >= 5)
+    assert result.history[-1]["dice"] >= 0.9, result.history[-1]
+    rows = list(csv.DictReader(open(tmp_path / "run" / "metrics.csv")))
+    assert len(rows) == len(result.history) and int(rows[-1]["epoch"]) == len(rows)
+    assert (tmp_path / "run" / "best" / "weights.npz").is_file()
+    assert (tmp_path / "run" / "best" / "preprocessing.json").is_file()
+
+
+def test_resume_continues_from_checkpoint(prepared16: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    first = fit(_config(prepared16, epochs=2), prepared16, run)
+    assert [int(r["epoch"]) for r in first.history] == [1, 2]
+    second = fit(_config(prepared16, epochs=4), prepared16, run, resume_from=run / "checkpoint")
+    assert [int(r["epoch"]) for r in second.history] == [1, 2, 3, 4]
+    rows = list(csv.DictReader(open(run / "metrics.csv")))
+    assert [int(r["epoch"]) for r in rows] == [1, 2, 3, 4]
+    assert float(rows[0]["loss"]) == pytest.approx(first.history[0]["loss"])  # kept from the first run
+
+
+def test_cli_train_refuses_to_overwrite_and_resumes(prepared16: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(yaml.safe_dump({"name": "c", "data": {"source": str(prepared16)},
+                                   "train": {"epochs": 1, "batch_size_per_replica": 2}, "model": {"filters": 4}}))
+    out = tmp_path / "run"
+    assert main(["train", str(cfg), "--out", str(out)]) == 0
+    assert "val_dice" in capsys.readouterr().out
+    assert main(["train", str(cfg), "--out", str(out)]) == 2
+    assert "pass --resume" in capsys.readouterr().err
+    assert main(["train", str(cfg), "--out", str(out), "--resume", "--epochs", "2"]) == 0
+    assert len(list(csv.DictReader(open(out / "metrics.csv")))) == 2
+    # the best config written with the run is accepted by `distmis train` again
+    load_config(out / "best" / "config.yaml")
+
+
+def test_patch_larger_than_volume_is_a_clear_error(prepared16: Path, tmp_path: Path) -> None:
+    from distmis.exceptions import TrainingError
+
+    with pytest.raises(TrainingError, match="larger than the prepared volumes"):
+        fit(_config(prepared16, patch=[32, 32, 32]), prepared16, tmp_path / "run")
