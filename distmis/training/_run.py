@@ -119,18 +119,27 @@ class RunSession:
         self.history: list[dict[str, float]] = []
         self.best: dict[str, float] | None = None
         self.best_value: float | None = None
-        if resume_from is not None:
-            self.restore(resume_from)
+        self._single_worker = strategy is None
         self._fields = list(EpochMetrics.__dataclass_fields__)
         if is_chief:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             dump_config(config, self.run_dir / "config.yaml")
-            # rewritten from the checkpoint's history: a crash after a CSV row but before its
-            # checkpoint must not leave a duplicated epoch
-            with open(self.run_dir / METRICS_CSV, "w", newline="") as fh:
-                writer = csv.DictWriter(fh, fieldnames=self._fields)
-                writer.writeheader()
-                writer.writerows(self.history)
+        if resume_from is not None:
+            self.restore(resume_from)
+        else:
+            self._rewrite_csv()
+
+    def _rewrite_csv(self) -> None:
+        """Write metrics.csv from the history: after a restore, the CSV matches the checkpoint
+        exactly (a crash after a row but before its checkpoint leaves no duplicated epoch)."""
+        if not self.is_chief:
+            return
+        tmp = self.run_dir / f".{METRICS_CSV}.tmp"
+        with open(tmp, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=self._fields)
+            writer.writeheader()
+            writer.writerows(self.history)
+        tmp.replace(self.run_dir / METRICS_CSV)
 
     @property
     def epoch(self) -> int:
@@ -145,18 +154,36 @@ class RunSession:
         return self.run_dir / CHECKPOINT_DIR
 
     def restore(self, checkpoint: str | Path) -> None:
+        """Continue from ``checkpoint`` — or from this run directory's own checkpoint when that
+        one is newer (single worker only). Tune may hand back a checkpoint one epoch older than
+        the run directory's when its driver died between the two: nothing is then trained twice.
+        """
         checkpoint = Path(checkpoint)
         if not (checkpoint / "state.npz").is_file():
             raise TrainingError(f"{checkpoint}: no checkpoint to resume from (state.npz missing)")
+        own = self.checkpoint_dir
+        if (
+            self._single_worker
+            and own != checkpoint
+            and (own / "state.npz").is_file()
+            and read_checkpoint_state(own)["epoch"] > read_checkpoint_state(checkpoint)["epoch"]
+        ):
+            checkpoint = own
         self.trainer.load_state_arrays(load_arrays(checkpoint / "state.npz"))
         state = read_checkpoint_state(checkpoint)
         self.trainer.epoch = int(state["epoch"])
         self.history = list(state.get("history", []))
         self.best_value = state.get("best_value")
         self.best = state.get("best")
+        self._rewrite_csv()
 
     def step(self) -> EpochMetrics:
-        """Train one epoch, validate, and write the CSV row, best weights and checkpoint."""
+        """Train one epoch, validate, and write the CSV row, best weights and checkpoint.
+
+        On a finished run it trains nothing and returns the last epoch's metrics again.
+        """
+        if self.done and self.history:
+            return EpochMetrics(**self.history[-1])
         metrics = self.trainer.run_epoch()
         row = metrics.as_dict()
         self.history.append(row)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from distmis._fsutil import write_json_atomic, write_text_atomic
 from distmis.config import ExperimentConfig, apply_params, dump_config
-from distmis.tuning._trial import REPORTED_AT, STARTED_AT
+from distmis.tuning._trial import REPORTED_AT, STARTED_AT, sampled_params
 
 if TYPE_CHECKING:
     from ray.tune import ResultGrid
@@ -90,7 +90,7 @@ def _rows(grid: "ResultGrid", config: ExperimentConfig) -> list[TrialRow]:
         df = result.metrics_dataframe
         metrics = result.metrics or {}
         trial_id = metrics.get("trial_id") or (result.path and Path(result.path).name) or "?"
-        params = {k: v for k, v in (result.config or {}).items() if not k.startswith("_")}
+        params = sampled_params(result.config or {})
         epochs = int(metrics.get("epoch", 0) or 0)
         best: dict[str, float] = {}
         started = finished = None

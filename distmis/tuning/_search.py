@@ -25,7 +25,7 @@ from distmis._fsutil import write_text_atomic
 from distmis.config import ExperimentConfig
 from distmis.exceptions import TuningError
 from distmis.tuning._results import SearchSummary, summarise
-from distmis.tuning._trial import TrialContext, trainable_for
+from distmis.tuning._trial import GRID_KEY, TrialContext, trainable_for
 from distmis.tuning.space import define_by_run, grid_points
 
 TUNE_DIR = "tune"
@@ -73,14 +73,15 @@ def plan_concurrency(config: ExperimentConfig, cluster: dict[str, float]) -> tup
 
 
 def _searcher(config: ExperimentConfig, out: Path):  # noqa: ANN202
+    """(search_alg, param_space, num_samples) for the configured algorithm."""
     import optuna
-    from ray.tune.search.basic_variant import BasicVariantGenerator
+    from ray import tune
     from ray.tune.search.optuna import OptunaSearch
 
     s = config.search
     if s.algorithm == "grid":
-        points = grid_points(config.space)
-        return BasicVariantGenerator(points_to_evaluate=points, random_state=s.seed), len(points)
+        # each grid point (conditions already applied) is one value of a single grid axis
+        return None, {GRID_KEY: tune.grid_search(grid_points(config.space))}, 1
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         if s.algorithm == "random":
@@ -107,7 +108,7 @@ def _searcher(config: ExperimentConfig, out: Path):  # noqa: ANN202
         study_name=config.name,
         storage=storage,
     )
-    return searcher, s.num_samples
+    return searcher, None, s.num_samples
 
 
 def run_search(
@@ -167,7 +168,7 @@ def run_search(
     if resume:
         tuner = tune.Tuner.restore(str(out / TUNE_DIR), trainable, resume_unfinished=True, resume_errored=True)
     else:
-        searcher, num_samples = _searcher(config, out)
+        searcher, param_space, num_samples = _searcher(config, out)
         scheduler = None
         sc = config.search.scheduler
         if sc.type == "asha":
@@ -181,6 +182,7 @@ def run_search(
             )
         tuner = tune.Tuner(
             trainable,
+            param_space=param_space,
             tune_config=tune.TuneConfig(
                 metric=config.search.metric,
                 mode=config.search.mode,

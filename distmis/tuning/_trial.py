@@ -37,8 +37,14 @@ class TrialContext:
     threads: int
 
 
+GRID_KEY = "grid_point"
+
+
 def sampled_params(config: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in config.items() if not k.startswith("_")}
+    """The searched parameters of a Tune config (a grid search nests each point under ``grid_point``)."""
+    params = {k: v for k, v in config.items() if not k.startswith("_") and k != GRID_KEY}
+    params.update(config.get(GRID_KEY) or {})
+    return params
 
 
 class DistmisTrial(tune.Trainable):

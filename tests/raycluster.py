@@ -1,0 +1,125 @@
+"""Test helpers for real Ray processes: free ports, private tokens, stopping only what a test started.
+
+``ray stop`` would kill every Ray on the host (other tests', other users'), so clusters are
+started in their own process session and stopped by process group, with a bounded wait.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+VENV_BIN = Path(sys.executable).parent
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def write_token(directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "auth_token"
+    path.write_text(secrets.token_hex(32))
+    path.chmod(0o600)
+    return path
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The environment of a child process without any Ray address/token of this process."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
+    env.update(extra)
+    return env
+
+
+def stop_group(proc: subprocess.Popen, timeout: float = 30.0) -> None:
+    """SIGTERM the process group of ``proc`` (started with start_new_session), SIGKILL after ``timeout``."""
+    try:
+        pgid = os.getpgid(proc.pid)
+    except ProcessLookupError:
+        return
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            proc.poll()
+            if not group_alive(pgid):
+                return
+            time.sleep(0.2)
+
+
+def group_alive(pgid: int) -> bool:
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+class RayHead:
+    """``ray start --head --block`` on ``host`` with free ports and its own token."""
+
+    def __init__(self, tmp: Path, host: str = "127.0.0.11", num_cpus: int = 2) -> None:
+        self.host = host
+        self.token = write_token(tmp / "auth")
+        self.gcs_port, self.dashboard_port = free_port(host), free_port(host)
+        self.env = clean_env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(self.token))
+        self.log = open(tmp / "ray-head.log", "w")
+        self.temp_dir = Path(f"/tmp/dm-{secrets.token_hex(3)}")  # short: AF_UNIX paths <= 107 bytes
+        self.proc = subprocess.Popen(
+            [str(VENV_BIN / "ray"), "start", "--head", "--block", f"--node-ip-address={host}",
+             f"--port={self.gcs_port}", f"--dashboard-host={host}", f"--dashboard-port={self.dashboard_port}",
+             f"--ray-client-server-port={free_port(host)}", "--dashboard-agent-listen-port=0",
+             f"--num-cpus={num_cpus}", f"--temp-dir={self.temp_dir}", "--disable-usage-stats"],
+            env=self.env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        self._wait_ready(timeout=90)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.gcs_port}"
+
+    @property
+    def dashboard(self) -> str:
+        return f"http://{self.host}:{self.dashboard_port}"
+
+    def _wait_ready(self, timeout: float) -> None:
+        import urllib.error
+        import urllib.request
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"ray head exited with {self.proc.returncode}; see {self.log.name}")
+            try:
+                urllib.request.urlopen(f"{self.dashboard}/api/version", timeout=2)
+                return
+            except urllib.error.HTTPError:
+                return  # the dashboard answered (e.g. 401 without a token): it is up
+            except OSError:
+                time.sleep(0.5)
+        self.stop()
+        raise TimeoutError(f"ray head on {self.address} not ready after {timeout}s; see {self.log.name}")
+
+    def stop(self) -> None:
+        stop_group(self.proc)
+        self.log.close()
+        import shutil
+
+        shutil.rmtree(self.temp_dir, ignore_errors=True)

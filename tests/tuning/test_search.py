@@ -1,0 +1,168 @@
+"""Real Ray Tune searches on this machine: results, concurrency, grid, resume after kill -9, ray job submit."""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from raycluster import RayHead, clean_env, stop_group
+
+from distmis.config import ExperimentConfig, load_config
+from distmis.data import load_manifest
+from distmis.training import Trainer
+from distmis.tuning import grid_points, run_search
+
+pytestmark = pytest.mark.slow
+
+
+def space_file(tmp: Path, prepared: Path, *, name: str, algorithm: str = "optuna", samples: int = 4, epochs: int = 3,
+               scheduler: dict | None = None, space: dict | None = None, concurrency: int = 2) -> Path:
+    doc = {
+        "name": name,
+        "data": {"source": str(prepared)},
+        "train": {"epochs": epochs, "batch_size_per_replica": 2, "augment": {"flip": False, "intensity": 0.0}},
+        "model": {"depth": 3, "filters": 8},
+        "search": {"algorithm": algorithm, "metric": "val_dice", "mode": "max", "num_samples": samples,
+                   "max_concurrent_trials": concurrency, "seed": 0, "scheduler": scheduler or {"type": "none"}},
+        "space": space or {"lr": {"loguniform": [3.0e-3, 2.0e-2]}, "norm": {"choice": ["batch", "group", "none"]},
+                           "groups": {"choice": [2, 4], "when": {"norm": "group"}}, "amsgrad": {"choice": [True, False]}},
+        "parallelism": {"mode": "experiment", "workers_per_trial": 1, "cpus_per_worker": 1},
+    }
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def read_results(out: Path) -> list[dict[str, str]]:
+    with open(out / "results.csv") as fh:
+        return list(csv.DictReader(fh))
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    yield
+    import ray
+
+    ray.shutdown()
+
+
+def test_search_completes_concurrently_and_beats_untrained(prepared16: Path, tmp_path: Path, local_ray: None) -> None:
+    path = space_file(tmp_path, prepared16, name="qs", samples=4, epochs=3,
+                      scheduler={"type": "asha", "grace_period": 2, "reduction_factor": 2})
+    config = load_config(path, require_space=True)
+    out = tmp_path / "out"
+    summary = run_search(config, space_file=path, out=out, verbose=0)
+
+    rows = read_results(out)
+    assert len(rows) == 4 and summary.trials == 4 and summary.failed == 0
+    assert all(r["status"] == "TERMINATED" for r in rows)
+    # concurrency is real: two 1-CPU trials ran at the same time on 2 CPUs (Ray PR #63770)
+    assert summary.max_concurrent_observed >= 2, rows
+    intervals = sorted((float(r["started_at"]), float(r["finished_at"])) for r in rows)
+    assert any(b[0] < a[1] for a, b in zip(intervals, intervals[1:]))
+    # conditional parameter only where its condition holds
+    for r in rows:
+        assert (r["groups"] != "") == (r["norm"] == "group")
+    # better than an untrained model on the same validation cases
+    untrained = Trainer(ExperimentConfig.model_validate({**config.to_yaml_dict(), "space": {}}),
+                        load_manifest(prepared16)).evaluate()["val_dice"]
+    assert summary.best_value is not None and summary.best_value > untrained + 0.05, (summary.best_value, untrained)
+    # outputs a user looks at
+    best = load_config(out / "best.yaml")
+    assert best.optimizer.lr == pytest.approx(summary.best_params["lr"])
+    assert (out / "best" / "weights.npz").is_file() and (out / "optuna.journal").is_file()
+    assert (out / "search.yaml").read_text() == path.read_text()
+    for r in rows:
+        epochs = [int(x["epoch"]) for x in csv.DictReader(open(out / "trials" / r["trial_id"] / "metrics.csv"))]
+        assert epochs == list(range(1, int(r["epochs"]) + 1))
+
+
+def test_grid_runs_exactly_the_grid(prepared16: Path, tmp_path: Path, local_ray: None) -> None:
+    space = {"norm": {"choice": ["batch", "none"]}, "amsgrad": {"choice": [True, False]}}
+    path = space_file(tmp_path, prepared16, name="grid", algorithm="grid", samples=1, epochs=1, space=space)
+    config = load_config(path, require_space=True)
+    run_search(config, space_file=path, out=tmp_path / "out", verbose=0)
+    rows = read_results(tmp_path / "out")
+    got = sorted((r["norm"], r["amsgrad"]) for r in rows)
+    expected = sorted((p["norm"], str(p["amsgrad"])) for p in grid_points(config.space))
+    assert got == expected and len(got) == 4
+
+
+def _distmis(*args: str, env: dict[str, str], **kw: object) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "distmis", *args], env=env, start_new_session=True, **kw)
+
+
+def test_resume_after_kill_9(prepared16: Path, tmp_path: Path) -> None:
+    path = space_file(tmp_path, prepared16, name="rs", algorithm="random", samples=4, epochs=3, concurrency=1,
+                      space={"lr": {"loguniform": [3.0e-3, 2.0e-2]}})
+    out = tmp_path / "out"
+    env = clean_env(PYTHONUNBUFFERED="1")
+    log = open(tmp_path / "first.log", "w")
+    proc = _distmis("tune", str(path), "--out", str(out), env=env, stdout=log, stderr=subprocess.STDOUT)
+    finished: dict[str, float] = {}
+    deadline = time.monotonic() + 240
+    try:
+        # wait until one trial has finished all its epochs and a later one has started
+        while time.monotonic() < deadline and proc.poll() is None:
+            runs = sorted((out / "trials").glob("*/metrics.csv")) if (out / "trials").exists() else []
+            done = [m for m in runs if len(list(csv.DictReader(open(m)))) == 3]
+            if done and len(runs) >= 2:
+                finished = {str(m): m.read_text() for m in done}
+                break
+            time.sleep(0.3)
+        assert finished, f"no trial finished in time; see {log.name}"
+        os.kill(proc.pid, signal.SIGKILL)  # the driver dies without any cleanup
+        proc.wait(timeout=30)
+    finally:
+        stop_group(proc, timeout=5)  # then the orphaned local Ray of that driver
+        log.close()
+
+    # without --resume: refused, nothing overwritten
+    refused = subprocess.run([sys.executable, "-m", "distmis", "tune", str(path), "--out", str(out)], env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "--resume" in refused.stderr
+
+    with open(tmp_path / "resume.log", "w") as log2:
+        resumed = _distmis("tune", str(path), "--out", str(out), "--resume", env=env, stdout=log2, stderr=subprocess.STDOUT)
+        try:
+            assert resumed.wait(timeout=300) == 0, (tmp_path / "resume.log").read_text()[-3000:]
+        finally:
+            stop_group(resumed, timeout=5)
+    rows = read_results(out)
+    assert len(rows) == 4 and all(r["status"] == "TERMINATED" and r["epochs"] == "3" for r in rows), rows
+    for m, text in finished.items():  # finished trials were not re-run
+        assert Path(m).read_text() == text
+    for r in rows:  # no epoch lost or logged twice
+        epochs = [int(x["epoch"]) for x in csv.DictReader(open(out / "trials" / r["trial_id"] / "metrics.csv"))]
+        assert epochs == [1, 2, 3], (r["trial_id"], epochs)
+
+
+def test_ray_job_submit_to_existing_cluster(prepared16: Path, tmp_path: Path) -> None:
+    head = RayHead(tmp_path, host="127.0.0.11", num_cpus=2)
+    try:
+        path = space_file(tmp_path, prepared16, name="job", algorithm="random", samples=2, epochs=1,
+                          space={"lr": {"loguniform": [3.0e-3, 2.0e-2]}})
+        out = tmp_path / "out"
+        result = subprocess.run(
+            [str(Path(sys.executable).parent / "ray"), "job", "submit", "--address", head.dashboard, "--",
+             sys.executable, "-m", "distmis", "tune", str(path), "--out", str(out)],
+            env=head.env, capture_output=True, text=True, timeout=300,
+        )
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        assert "succeeded" in result.stdout + result.stderr
+        rows = read_results(out)
+        assert len(rows) == 2 and all(r["status"] == "TERMINATED" for r in rows)
+        # the trials ran on the existing cluster (its node address), not on a new local one
+        detail = yaml.safe_load((out / "summary.json").read_text())
+        assert detail["trials"] == 2
+    finally:
+        head.stop()
+    assert not Path(head.temp_dir).exists()
