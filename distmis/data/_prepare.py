@@ -155,8 +155,6 @@ def prepare_dataset(
         DataError: bad ``dataset.json``, missing/corrupt/inconsistent files, OUT not writable
             or already present (unless ``overwrite``). Nothing is left at ``out`` then.
     """
-    import tensorflow as tf
-
     src, out = Path(src), Path(out)
     dataset = read_dataset_json(src)
     if out.exists() and not overwrite:
@@ -196,41 +194,51 @@ def prepare_dataset(
         with atomic_directory(out, overwrite=overwrite) as tmp:
             # spawn, not fork: the parent has TensorFlow's thread pools running, and forking those is unsafe
             with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-                for name in SPLITS:
-                    ids = splits[name]
-                    n_shards = max(1, min(shards, len(ids)))
-                    files = [tmp / f"{name}-{i:03d}-of-{n_shards:03d}.tfrecord" for i in range(n_shards)]
-                    writers = [tf.io.TFRecordWriter(str(f)) for f in files]
-                    counts = [0] * n_shards
-                    futures = [
+                # submit every case first: workers start reading while TensorFlow is imported here
+                futures = {
+                    name: [
                         pool.submit(
                             _prepare_case, by_id[cid], dataset.num_modalities, dataset.labels, shape, resize, label_mode
                         )
-                        for cid in ids
+                        for cid in splits[name]
                     ]
-                    try:
-                        for i, fut in enumerate(futures):  # in order: shard assignment is deterministic
-                            case_id, image, label = fut.result()
-                            writers[i % n_shards].write(_serialize(case_id, image, label))
-                            counts[i % n_shards] += 1
-                            done += 1
-                            if progress:
-                                progress(done, total)
-                    finally:
-                        for w in writers:
-                            w.close()
-                    manifest["splits"][name] = {
-                        "cases": ids,
-                        "num_cases": len(ids),
-                        "shards": [
-                            {"file": f.name, "num_cases": c, "sha256": _sha256(f), "bytes": f.stat().st_size}
-                            for f, c in zip(files, counts, strict=True)
-                            if c > 0
-                        ],
-                    }
-                    for f, c in zip(files, counts, strict=True):
-                        if c == 0:
-                            f.unlink()
+                    for name in SPLITS
+                }
+                try:
+                    import tensorflow as tf
+
+                    for name in SPLITS:
+                        ids = splits[name]
+                        n_shards = max(1, min(shards, len(ids)))
+                        files = [tmp / f"{name}-{i:03d}-of-{n_shards:03d}.tfrecord" for i in range(n_shards)]
+                        writers = [tf.io.TFRecordWriter(str(f)) for f in files]
+                        counts = [0] * n_shards
+                        try:
+                            for i, fut in enumerate(futures[name]):  # in order: shard assignment is deterministic
+                                case_id, image, label = fut.result()
+                                writers[i % n_shards].write(_serialize(case_id, image, label))
+                                counts[i % n_shards] += 1
+                                done += 1
+                                if progress:
+                                    progress(done, total)
+                        finally:
+                            for w in writers:
+                                w.close()
+                        manifest["splits"][name] = {
+                            "cases": ids,
+                            "num_cases": len(ids),
+                            "shards": [
+                                {"file": f.name, "num_cases": c, "sha256": _sha256(f), "bytes": f.stat().st_size}
+                                for f, c in zip(files, counts, strict=True)
+                                if c > 0
+                            ],
+                        }
+                        for f, c in zip(files, counts, strict=True):
+                            if c == 0:
+                                f.unlink()
+                except BaseException:
+                    pool.shutdown(wait=True, cancel_futures=True)  # one bad case: do not process the rest
+                    raise
             write_json_atomic(tmp / MANIFEST, manifest)
     except FileExistsError:
         raise DataError(f"{out}: already exists; remove it or pass --overwrite") from None

@@ -1,0 +1,97 @@
+"""How much does Ray Tune cost, and does concurrency pay?
+
+Runs the same 4 configurations (a 4-point grid, so every run trains identical configs) three
+ways, each as a fresh process so TensorFlow/Ray start-up is counted as a user pays it:
+
+  plain   one Python process training the 4 configs back to back (1 thread, like a 1-CPU trial)
+  tune-1  `distmis tune`, one trial at a time (max_concurrent_trials: 1)
+  tune-2  `distmis tune`, two 1-CPU trials at a time on 2 cores
+
+and prints  ratio = tune-1 / plain  (target <= 1.10)  and  speed-up = tune-1 / tune-2  (target >= 1.85).
+
+    python benchmarks/tune_overhead.py [--size 48] [--epochs 6] [--cases 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+
+def space(prepared: Path, size: int, epochs: int, concurrency: int) -> dict:
+    return {
+        "name": f"bench-c{concurrency}",
+        "data": {"source": str(prepared)},
+        "train": {"epochs": epochs, "batch_size_per_replica": 2, "patch": [size] * 3, "threads": 1},
+        "model": {"depth": 3, "filters": 8},
+        "search": {"algorithm": "grid", "max_concurrent_trials": concurrency, "scheduler": {"type": "none"}},
+        "space": {"lr": {"choice": [1.0e-3, 3.0e-3]}, "amsgrad": {"choice": [True, False]}},
+        "parallelism": {"mode": "experiment", "cpus_per_worker": 1},
+    }
+
+
+def plain_loop(space_file: str) -> None:
+    """The baseline: the same grid trained in one process, no Ray."""
+    from distmis.training import configure_tensorflow
+
+    configure_tensorflow(1)
+    from distmis.config import apply_params, load_config
+    from distmis.training import fit
+    from distmis.tuning import grid_points
+
+    cfg = load_config(space_file, require_space=True)
+    out = Path(tempfile.mkdtemp(prefix="plain-"))
+    for i, point in enumerate(grid_points(cfg.space)):
+        fit(apply_params(cfg, point), cfg.data.source, out / str(i))
+
+
+def timed(cmd: list[str], env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size", type=int, default=48)
+    ap.add_argument("--epochs", type=int, default=6)
+    ap.add_argument("--cases", type=int, default=16)
+    ap.add_argument("--plain-loop", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.plain_loop:
+        plain_loop(args.plain_loop)
+        return
+
+    from distmis.data import prepare_dataset, write_synthetic_msd
+
+    work = Path(tempfile.mkdtemp(prefix="tune-overhead-"))
+    shape = (args.size,) * 3
+    write_synthetic_msd(work / "msd", cases=args.cases, shape=shape, test_cases=0)
+    prepare_dataset(work / "msd", work / "prep", shape=shape, split=(0.75, 0.25, 0.0))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    files = {}
+    for c in (1, 2):
+        files[c] = work / f"space{c}.yaml"
+        files[c].write_text(yaml.safe_dump(space(work / "prep", args.size, args.epochs, c)))
+
+    plain = timed([sys.executable, __file__, "--plain-loop", str(files[1])], env)
+    tune1 = timed([sys.executable, "-m", "distmis", "tune", str(files[1]), "--out", str(work / "t1")], env)
+    tune2 = timed([sys.executable, "-m", "distmis", "tune", str(files[2]), "--out", str(work / "t2")], env)
+    print(f"4 trials x {args.epochs} epochs at {args.size}^3, {os.cpu_count()} cores")
+    print(f"plain loop (1 process, 1 thread)   {plain:7.1f} s")
+    print(f"distmis tune, 1 trial at a time    {tune1:7.1f} s")
+    print(f"distmis tune, 2 concurrent trials  {tune2:7.1f} s")
+    print(f"ratio tune-1 / plain               {tune1 / plain:7.2f}   (target <= 1.10)")
+    print(f"speed-up tune-1 / tune-2           {tune1 / tune2:7.2f}x  (target >= 1.85)")
+
+
+if __name__ == "__main__":
+    main()
