@@ -206,8 +206,13 @@ class ParallelismConfig(_Section):
 
 
 class TrackingConfig(_Section):
+    """MLflow: ``uri`` (default: ``$MLFLOW_TRACKING_URI``, else ``sqlite:///<out>/../mlflow.db``),
+    ``experiment`` (default: the search name), and how long the end of a search waits for an
+    unreachable server before leaving the queued tracking on disk."""
+
     uri: str | None = None
     experiment: str | None = None
+    final_flush_seconds: float = Field(30.0, ge=0)
 
 
 class ExperimentConfig(_Section):

@@ -29,3 +29,7 @@ class TuningError(DistmisError):
 
 class ClusterError(DistmisError):
     """A Ray / SLURM cluster could not be reached or brought up within its bounded wait."""
+
+
+class TrackingError(DistmisError):
+    """The MLflow tracking store cannot be reached or used when a search starts."""

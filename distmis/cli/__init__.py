@@ -23,6 +23,7 @@ COMMANDS = {
     "train": "train one configuration (no search)",
     "tune": "run a hyperparameter search from a search-space YAML",
     "validate": "check a configuration / search-space file without running it",
+    "ui": "start the MLflow UI over the tracking store (127.0.0.1 by default)",
 }
 
 

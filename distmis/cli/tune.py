@@ -11,6 +11,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", action="store_true", help="continue an interrupted search in --out")
     p.add_argument("--address", default=None, help="Ray cluster address (default: $RAY_ADDRESS, else a local Ray)")
     p.add_argument("--num-samples", type=int, default=None, help="override search.num_samples")
+    p.add_argument("--tracking-uri", default=None,
+                   help="MLflow tracking URI (default: tracking.uri, $MLFLOW_TRACKING_URI, else sqlite:///<out>/../mlflow.db)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -20,5 +22,6 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args.space, require_space=True)
     if args.num_samples is not None:
         config.search.num_samples = args.num_samples
-    summary = run_search(config, space_file=args.space, out=args.out, resume=args.resume, address=args.address)
+    summary = run_search(config, space_file=args.space, out=args.out, resume=args.resume, address=args.address,
+                         tracking_uri=args.tracking_uri)
     return 0 if summary.ok else 1

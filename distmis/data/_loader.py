@@ -146,6 +146,7 @@ def make_dataset(
     num_shards: int = 1,
     shard_index: int = 0,
     pad_to_batches: int | None = None,
+    threads: int | None = None,
 ) -> tf.data.Dataset:
     """Build the input pipeline of one worker.
 
@@ -161,6 +162,8 @@ def make_dataset(
         num_shards, shard_index: this worker's disjoint share of the records.
         pad_to_batches: for evaluation: pad with zero-weight examples to exactly this many
             batches (every worker must run the same number of steps).
+        threads: cap on tf.data's own thread pool (by default it sizes itself to every core of
+            the host, which steals CPUs from concurrent trials).
     """
     import tensorflow as tf
 
@@ -211,7 +214,13 @@ def make_dataset(
             filler = ds.take(1).map(lambda i, l, w: (i, l, tf.constant(0.0))).repeat()
             ds = ds.concatenate(filler).take(pad_to_batches * batch_size)
         ds = ds.batch(batch_size, drop_remainder=pad_to_batches is not None)
-    return ds.prefetch(tf.data.AUTOTUNE)
+    ds = ds.prefetch(tf.data.AUTOTUNE)
+    if threads:
+        options = tf.data.Options()
+        options.threading.private_threadpool_size = threads
+        options.threading.max_intra_op_parallelism = 1
+        ds = ds.with_options(options)
+    return ds
 
 
 def eval_batches(n_cases: int, num_workers: int, batch_size_per_worker: int) -> int:

@@ -24,6 +24,7 @@ import numpy as np
 
 from distmis.data import Manifest, eval_batches, make_dataset
 from distmis.exceptions import TrainingError
+from distmis.training._runtime import configured_threads
 from distmis.model import build_optimizer, build_unet, dice_score, get_loss, iou_score
 
 if TYPE_CHECKING:
@@ -143,6 +144,7 @@ class Trainer:
             seed=tc.seed,
             num_shards=ctx.num_input_pipelines,
             shard_index=ctx.input_pipeline_id,
+            threads=configured_threads(),
         )
 
     def _val_dataset_fn(self, ctx: "tf.distribute.InputContext") -> "tf.data.Dataset":
@@ -156,6 +158,7 @@ class Trainer:
             num_shards=ctx.num_input_pipelines,
             shard_index=ctx.input_pipeline_id,
             pad_to_batches=self._val_steps * replicas_per_pipeline,
+            threads=configured_threads(),
         )
 
     # ------------------------------------------------------------------ steps

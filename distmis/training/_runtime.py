@@ -13,6 +13,12 @@ import math
 import os
 
 _log = logging.getLogger(__name__)
+_threads: int | None = None  # what configure_tensorflow applied in this process
+
+
+def configured_threads() -> int | None:
+    """The thread budget set by :func:`configure_tensorflow` in this process (``None``: unlimited)."""
+    return _threads
 
 
 def quiet_tensorflow() -> None:
@@ -26,6 +32,7 @@ def configure_tensorflow(threads: float | int | None) -> int | None:
     Returns the thread count applied, or ``None`` when TensorFlow was already initialised in
     this process (a reused trial actor): the earlier setting then stays in force.
     """
+    global _threads
     quiet_tensorflow()
     import tensorflow as tf
 
@@ -35,7 +42,7 @@ def configure_tensorflow(threads: float | int | None) -> int | None:
         try:
             tf.config.threading.set_intra_op_parallelism_threads(n)
             tf.config.threading.set_inter_op_parallelism_threads(min(2, n))
-            applied = n
+            applied = _threads = n
         except RuntimeError:  # runtime already initialised in this process
             applied = None
     for gpu in tf.config.list_physical_devices("GPU"):

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from distmis._fsutil import write_json_atomic, write_text_atomic
 from distmis.config import ExperimentConfig, apply_params, dump_config
-from distmis.tuning._trial import REPORTED_AT, STARTED_AT, sampled_params
+from distmis.tuning._keys import REPORTED_AT, STARTED_AT, sampled_params
 
 if TYPE_CHECKING:
     from ray.tune import ResultGrid

@@ -14,6 +14,7 @@ Experiment directory (``--out``, default ``runs/<name>``)::
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -24,8 +25,9 @@ from typing import Any
 from distmis._fsutil import write_text_atomic
 from distmis.config import ExperimentConfig
 from distmis.exceptions import TuningError
+from distmis.tracking import PENDING_FILE, STATE_FILE, SearchTracker
+from distmis.tuning._keys import GRID_KEY
 from distmis.tuning._results import SearchSummary, summarise
-from distmis.tuning._trial import GRID_KEY, TrialContext, trainable_for
 from distmis.tuning.space import define_by_run, grid_points
 
 TUNE_DIR = "tune"
@@ -118,6 +120,7 @@ def run_search(
     out: str | os.PathLike[str] | None = None,
     resume: bool = False,
     address: str | None = None,
+    tracking_uri: str | None = None,
     verbose: int = 1,
 ) -> SearchSummary:
     """Run (or resume) the search described by ``config``; returns its summary.
@@ -125,11 +128,15 @@ def run_search(
     Raises:
         TuningError: an existing search without ``resume``, nothing to resume, a trial that
             can never fit on the cluster.
+        TrackingError: the MLflow store is unreachable at start (before any training).
     """
     from distmis.tuning._ray import init_ray, use_private_token
 
     use_private_token(address)  # before Ray is imported anywhere in this process
     from ray import tune
+
+    from distmis.tracking._callback import MlflowTrialCallback
+    from distmis.tuning._trial import TrialContext, trainable_for
 
     from distmis.data import resolve_prepared
 
@@ -153,6 +160,7 @@ def run_search(
     # checkpointing every epoch is deliberate (resume loses at most one epoch): no warning for it
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    tracker = _start_tracking(config, out, tracking_uri, resume)  # fails fast, before Ray and training
     cluster = init_ray(address, env_vars={"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONWARNINGS": "ignore::DeprecationWarning"})
     per_trial, concurrency = plan_concurrency(config, cluster)
 
@@ -197,6 +205,7 @@ def run_search(
                 storage_path=str(out),
                 failure_config=tune.FailureConfig(max_failures=config.search.max_failures),
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=2, checkpoint_frequency=1, checkpoint_at_end=True),
+                callbacks=[MlflowTrialCallback(tracker, base_config=context.base_config, epochs=config.train.epochs)],
                 verbose=verbose,
             ),
         )
@@ -208,6 +217,58 @@ def run_search(
     )
     grid = tuner.fit()
     summary = summarise(config, grid, out, wall_seconds=time.time() - start, prepared=prepared)
+    _finish_tracking(tracker, config, out, summary)
     summary.print()
     return summary
+
+
+def _start_tracking(config: ExperimentConfig, out: Path, tracking_uri: str | None, resume: bool) -> SearchTracker:
+    from distmis.tracking import resolve_tracking_uri
+
+    state = out / STATE_FILE
+    if resume and state.is_file():  # the same store and runs as the interrupted search
+        recorded = json.loads(state.read_text())
+        uri, experiment = recorded["tracking_uri"], recorded["experiment"]
+    else:
+        uri = resolve_tracking_uri(tracking_uri, config.tracking.uri, out)
+        experiment = config.tracking.experiment or config.name
+    tracker = SearchTracker(uri, experiment, out)
+    s, p = config.search, config.parallelism
+    params = {
+        "search.algorithm": s.algorithm, "search.metric": s.metric, "search.mode": s.mode,
+        "search.num_samples": s.num_samples, "search.max_concurrent_trials": s.max_concurrent_trials,
+        "search.seed": s.seed, "search.scheduler": s.scheduler.type,
+        "search.grace_period": s.scheduler.grace_period, "search.reduction_factor": s.scheduler.reduction_factor,
+        "parallelism.mode": p.mode, "parallelism.workers_per_trial": p.workers_per_trial,
+        "parallelism.cpus_per_worker": p.cpus_per_worker, "parallelism.gpus_per_worker": p.gpus_per_worker,
+        "train.epochs": config.train.epochs, "space": ",".join(config.space),
+    }
+    tags = {"distmis.out": str(out)}
+    if os.environ.get("SLURM_JOB_ID"):
+        tags["slurm.job_id"] = os.environ["SLURM_JOB_ID"]
+    run_id = tracker.start(params={k: str(v) for k, v in params.items()}, tags=tags,
+                           artifacts=[out / "search.yaml"] if (out / "search.yaml").is_file() else [])
+    print(f"distmis: tracking to MLflow {uri} (experiment '{experiment}', parent run {run_id})", flush=True)
+    return tracker
+
+
+def _finish_tracking(tracker: SearchTracker, config: ExperimentConfig, out: Path, summary: SearchSummary) -> None:
+    from distmis.tracking import search_plots
+
+    tracker = SearchTracker(tracker.uri, tracker.experiment, out)  # fresh: the callback's state is on disk
+    plots = search_plots(out, config)
+    files = [out / "results.csv", out / "best.yaml", out / "summary.json"]
+    done = tracker.finish(
+        metrics={f"best_{summary.metric}": summary.best_value, "trials": summary.trials, "finished": summary.finished,
+                 "stopped_early": summary.stopped_early, "failed": summary.failed,
+                 "wall_seconds": summary.wall_seconds, "max_concurrent_trials_observed": summary.max_concurrent_observed},
+        tags={"distmis.best_trial_id": summary.best_trial_id or "", "distmis.best_params": json.dumps(summary.best_params)},
+        plots=plots,
+        files=[f for f in files if f.is_file()],
+        status="FINISHED" if summary.ok else "FAILED",
+        wait_seconds=config.tracking.final_flush_seconds,
+    )
+    if not done:
+        print(f"distmis: warning: MLflow still unreachable; tracking kept in {out / PENDING_FILE}, "
+              "sent by the next `distmis tune --resume` of this search", flush=True)
 

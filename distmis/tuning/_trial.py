@@ -18,11 +18,7 @@ from typing import Any
 
 from ray import tune
 
-# Keys the trial adds to every report besides the epoch metrics.
-STARTED_AT = "trial_started_at"
-REPORTED_AT = "trial_reported_at"
-PID = "trial_pid"
-NODE = "node_ip"
+from distmis.tuning._keys import NODE, PID, REPORTED_AT, STARTED_AT, sampled_params
 
 
 @dataclass(frozen=True)
@@ -35,16 +31,6 @@ class TrialContext:
     metric: str
     mode: str
     threads: int
-
-
-GRID_KEY = "grid_point"
-
-
-def sampled_params(config: dict[str, Any]) -> dict[str, Any]:
-    """The searched parameters of a Tune config (a grid search nests each point under ``grid_point``)."""
-    params = {k: v for k, v in config.items() if not k.startswith("_") and k != GRID_KEY}
-    params.update(config.get(GRID_KEY) or {})
-    return params
 
 
 class DistmisTrial(tune.Trainable):

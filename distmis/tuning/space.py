@@ -71,7 +71,7 @@ class DefineByRun:
             elif spec.uniform is not None:
                 values[name] = trial.suggest_float(name, *spec.uniform)
             elif spec.randint is not None:
-                values[name] = trial.suggest_int(name, *spec.randint)
+                values[name] = trial.suggest_int(name, spec.randint[0], spec.randint[1] - 1)  # high exclusive, like Tune
             else:
                 values[name] = trial.suggest_categorical(name, spec.choice)
         return None

@@ -143,6 +143,19 @@ def test_resume_after_kill_9(prepared16: Path, tmp_path: Path) -> None:
     for r in rows:  # no epoch lost or logged twice
         epochs = [int(x["epoch"]) for x in csv.DictReader(open(out / "trials" / r["trial_id"] / "metrics.csv"))]
         assert epochs == [1, 2, 3], (r["trial_id"], epochs)
+    # MLflow (default local store beside the experiment): the resume reattached to the same
+    # parent and child runs, no duplicate run and no epoch logged twice
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("rs")
+    runs = client.search_runs([exp.experiment_id])
+    parents = [x for x in runs if x.data.tags.get("distmis.role") == "search"]
+    children = [x for x in runs if "mlflow.parentRunId" in x.data.tags]
+    assert len(parents) == 1 and len(children) == 4 and len(runs) == 5
+    assert {c.data.tags["distmis.trial_id"] for c in children} == {r["trial_id"] for r in rows}
+    for c in children:
+        assert sorted(m.step for m in client.get_metric_history(c.info.run_id, "val_dice")) == [1, 2, 3]
 
 
 def test_ray_job_submit_to_existing_cluster(prepared16: Path, tmp_path: Path) -> None:

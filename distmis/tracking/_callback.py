@@ -1,0 +1,72 @@
+"""The Ray Tune callback that feeds :class:`SearchTracker` from the driver.
+
+It runs in the Tune driver, not in the trials: in data-parallel trials no worker ever
+talks to MLflow, and a trial's metrics are logged once whatever its worker count.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from ray.tune import Callback
+
+from distmis.tracking._mlflow import EPOCH_METRICS, SearchTracker, flatten
+
+
+class MlflowTrialCallback(Callback):
+    def __init__(self, tracker: SearchTracker, *, base_config: dict[str, Any], epochs: int) -> None:
+        self.tracker = tracker
+        self.base_config = base_config
+        self.epochs = epochs
+
+    def _params(self, trial: Any) -> dict[str, str]:
+        from distmis.config import ExperimentConfig, apply_params
+        from distmis.tuning._keys import sampled_params
+
+        cfg = apply_params(ExperimentConfig.model_validate(self.base_config), sampled_params(trial.config))
+        data = cfg.to_yaml_dict()
+        return flatten("", {k: data[k] for k in ("model", "optimizer", "train", "parallelism")}, {})
+
+    def _tags(self) -> dict[str, str]:
+        par = self.base_config["parallelism"]
+        tags = {"distmis.parallelism_mode": par["mode"], "distmis.workers_per_trial": str(par["workers_per_trial"])}
+        try:
+            import ray
+
+            tags["ray.job_id"] = ray.get_runtime_context().get_job_id()
+        except Exception:  # noqa: BLE001 - not connected: no tag
+            pass
+        if os.environ.get("RAY_JOB_SUBMISSION_ID"):
+            tags["ray.submission_id"] = os.environ["RAY_JOB_SUBMISSION_ID"]
+        if os.environ.get("SLURM_JOB_ID"):
+            tags["slurm.job_id"] = os.environ["SLURM_JOB_ID"]
+        return tags
+
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        searched = {k: str(v) for k, v in (trial.config or {}).items()}
+        self.tracker.trial_started(trial.trial_id, trial.trial_id, self._params(trial),
+                                   {**self._tags(), "distmis.searched": ", ".join(sorted(searched))})
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+        if "epoch" not in result:
+            return
+        metrics = {k: result[k] for k in EPOCH_METRICS if k in result}
+        self.tracker.trial_result(trial.trial_id, int(result["epoch"]), metrics,
+                                  float(result.get("trial_reported_at", time.time())))
+
+    def _finish(self, trial: Any, status: str) -> None:
+        epochs = int((trial.last_result or {}).get("epoch", 0))
+        tags = {"distmis.status": "ERROR" if status == "FAILED" else "TERMINATED",
+                "distmis.epochs": str(epochs),
+                "distmis.stopped_early": str(status != "FAILED" and epochs < self.epochs).lower()}
+        best = Path(self.tracker.out) / "trials" / trial.trial_id / "best"
+        self.tracker.trial_finished(trial.trial_id, status=status, tags=tags, best_dir=best)
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._finish(trial, "FINISHED")
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._finish(trial, "FAILED")

@@ -1,0 +1,150 @@
+"""MLflow tracking against a real `mlflow server` on 127.0.0.1 and the default local SQLite store."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from mlflowserver import MlflowServer
+from raycluster import clean_env, free_port, stop_group
+
+from distmis.config import load_config
+from distmis.exceptions import TrackingError
+from distmis.tracking import PENDING_FILE
+from distmis.tuning import run_search
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tuning"))
+from test_search import read_results, space_file  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+def runs_of(uri: str, experiment: str) -> tuple[object, list]:
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name(experiment)
+    assert exp is not None
+    runs = client.search_runs([exp.experiment_id], max_results=1000)
+    parents = [r for r in runs if r.data.tags.get("distmis.role") == "search"]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 1, [r.info.run_name for r in runs]
+    return parents[0], children
+
+
+def check_tracked(uri: str, experiment: str, out: Path, epochs: int) -> None:
+    """1 parent, one child per trial nested under it, right params, one point per epoch, artifacts."""
+    client = MlflowClient(tracking_uri=uri)
+    parent, children = runs_of(uri, experiment)
+    rows = {r["trial_id"]: r for r in read_results(out)}
+    assert len(children) == len(rows)
+    assert {c.data.tags["distmis.trial_id"] for c in children} == set(rows)
+    for child in children:
+        assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        row = rows[child.data.tags["distmis.trial_id"]]
+        assert float(child.data.params["optimizer.lr"]) == pytest.approx(float(row["lr"]))
+        assert child.data.params["train.epochs"] == str(epochs)
+        assert child.data.tags["distmis.parallelism_mode"] == "experiment"
+        assert child.info.status == "FINISHED"
+        history = client.get_metric_history(child.info.run_id, "val_dice")
+        assert sorted(m.step for m in history) == list(range(1, int(row["epochs"]) + 1))
+        assert [a.path for a in client.list_artifacts(child.info.run_id)] == ["best_model"]
+    assert parent.info.status == "FINISHED"
+    assert parent.data.params["search.algorithm"] in ("random", "optuna")
+    assert "best_val_dice" in parent.data.metrics
+    plots = {Path(a.path).name for a in client.list_artifacts(parent.info.run_id, "plots")}
+    assert {"learning_curves.png", "optimization_history.png"} <= plots
+    top = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert {"search.yaml", "results.csv", "best.yaml"} <= top
+
+
+def test_search_tracked_on_a_real_server(prepared16: Path, tmp_path: Path) -> None:
+    server = MlflowServer(tmp_path / "server").start()
+    try:
+        path = space_file(tmp_path, prepared16, name="tracked", algorithm="random", samples=3, epochs=2,
+                          space={"lr": {"loguniform": [3.0e-3, 2.0e-2]}, "amsgrad": {"choice": [True, False]}})
+        out = tmp_path / "runs" / "tracked"
+        run_search(load_config(path, require_space=True), space_file=path, out=out, tracking_uri=server.uri, verbose=0)
+        check_tracked(server.uri, "tracked", out, epochs=2)
+        assert not (tmp_path / "runs" / "mlflow.db").exists()  # nothing went to the default store
+        assert not (out / PENDING_FILE).exists()
+    finally:
+        server.stop()
+        import ray
+
+        ray.shutdown()
+
+
+def test_default_local_store(prepared16: Path, tmp_path: Path) -> None:
+    path = space_file(tmp_path, prepared16, name="local", algorithm="random", samples=3, epochs=2,
+                      space={"lr": {"loguniform": [3.0e-3, 2.0e-2]}})
+    out = tmp_path / "runs" / "local"
+    try:
+        run_search(load_config(path, require_space=True), space_file=path, out=out, verbose=0)
+    finally:
+        import ray
+
+        ray.shutdown()
+    db = tmp_path / "runs" / "mlflow.db"
+    assert db.is_file()
+    check_tracked(f"sqlite:///{db}", "local", out, epochs=2)
+    # artifacts beside the database, not in ./mlruns
+    assert (tmp_path / "runs" / "mlartifacts" / "local").is_dir()
+
+
+def test_unreachable_server_fails_before_training(prepared16: Path, tmp_path: Path) -> None:
+    path = space_file(tmp_path, prepared16, name="down", algorithm="random", samples=1, epochs=1,
+                      space={"lr": {"loguniform": [3.0e-3, 2.0e-2]}})
+    out = tmp_path / "out"
+    start = time.monotonic()
+    with pytest.raises(TrackingError, match=r"MLflow tracking store http://127\.0\.0\.1:\d+ is unreachable"):
+        run_search(load_config(path, require_space=True), space_file=path, out=out,
+                   tracking_uri=f"http://127.0.0.1:{free_port()}", verbose=0)
+    assert time.monotonic() - start < 60
+    assert not (out / "trials").exists() and not (out / "tune").exists()
+
+
+def test_server_killed_mid_search_loses_no_metric(prepared16: Path, tmp_path: Path) -> None:
+    server = MlflowServer(tmp_path / "server").start()
+    path = space_file(tmp_path, prepared16, name="flaky", algorithm="random", samples=3, epochs=3, concurrency=1,
+                      space={"lr": {"loguniform": [3.0e-3, 2.0e-2]}})
+    out = tmp_path / "runs" / "flaky"
+    log = open(tmp_path / "search.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "distmis", "tune", str(path), "--out", str(out),
+                             "--tracking-uri", server.uri], env=clean_env(PYTHONUNBUFFERED="1"),
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def epochs_done() -> int:
+        return sum(len(list(csv.DictReader(open(m)))) for m in out.glob("trials/*/metrics.csv"))
+
+    def wait_for(cond, what: str, timeout: float = 240) -> None:  # noqa: ANN001
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if cond():
+                return
+            assert proc.poll() is None or what == "search end", f"search exited early; see {log.name}"
+            time.sleep(0.3)
+        raise AssertionError(f"timed out waiting for {what}; see {log.name}")
+
+    try:
+        wait_for(lambda: epochs_done() >= 1, "first epoch")
+        server.stop()  # the tracking server dies mid-search
+        n = epochs_done()
+        wait_for(lambda: epochs_done() >= n + 2, "training to go on without the server")
+        wait_for(lambda: (out / PENDING_FILE).exists(), "metrics queued to disk")
+        server.start()  # back, same port, same database
+        wait_for(lambda: proc.poll() is not None, "search end", timeout=300)
+        assert proc.returncode == 0, (tmp_path / "search.log").read_text()[-3000:]
+    finally:
+        stop_group(proc, timeout=5)
+        log.close()
+    try:
+        assert "unreachable" in (tmp_path / "search.log").read_text()
+        check_tracked(server.uri, "flaky", out, epochs=3)
+        assert not (out / PENDING_FILE).exists()
+    finally:
+        server.stop()
