@@ -242,6 +242,17 @@ class SearchTracker:
         self.state["trials"][trial_id]["finished"] = True
         self._save()
 
+    def abandon_unknown(self, known_trials: set[str]) -> list[str]:
+        """Close the child runs of trials Tune no longer knows (started just before a driver was
+        killed and not yet in Tune's snapshot; ``--resume`` samples a new trial instead)."""
+        abandoned = [t for t, v in self.state["trials"].items() if t not in known_trials and not v.get("finished")]
+        for trial_id in abandoned:
+            self._submit({"op": "tags", "run": trial_id, "tags": {"distmis.status": "ABANDONED", "distmis.abandoned": "true"}})
+            self._submit({"op": "terminate", "run": trial_id, "status": "KILLED"})
+            self.state["trials"][trial_id]["finished"] = True
+        self._save()
+        return abandoned
+
     def finish(self, *, metrics: dict[str, float], tags: dict[str, str], plots: list[Path], files: list[Path],
                status: str, wait_seconds: float = 0.0) -> bool:
         """Close the parent run; returns whether everything reached MLflow (else it stays queued).

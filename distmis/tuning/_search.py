@@ -256,6 +256,10 @@ def _finish_tracking(tracker: SearchTracker, config: ExperimentConfig, out: Path
     from distmis.tracking import search_plots
 
     tracker = SearchTracker(tracker.uri, tracker.experiment, out)  # fresh: the callback's state is on disk
+    import csv
+
+    with open(out / "results.csv") as fh:
+        tracker.abandon_unknown({row["trial_id"] for row in csv.DictReader(fh)})
     plots = search_plots(out, config)
     files = [out / "results.csv", out / "best.yaml", out / "summary.json"]
     done = tracker.finish(

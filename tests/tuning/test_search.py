@@ -151,8 +151,12 @@ def test_resume_after_kill_9(prepared16: Path, tmp_path: Path) -> None:
     exp = client.get_experiment_by_name("rs")
     runs = client.search_runs([exp.experiment_id])
     parents = [x for x in runs if x.data.tags.get("distmis.role") == "search"]
-    children = [x for x in runs if "mlflow.parentRunId" in x.data.tags]
-    assert len(parents) == 1 and len(children) == 4 and len(runs) == 5
+    # a trial started in the instant before the kill, not yet in Tune's snapshot, is re-sampled
+    # on resume; its run (if any) is closed as KILLED and tagged abandoned, not counted twice
+    abandoned = [x for x in runs if x.data.tags.get("distmis.abandoned") == "true"]
+    assert all(x.info.status == "KILLED" for x in abandoned)
+    children = [x for x in runs if "mlflow.parentRunId" in x.data.tags and x not in abandoned]
+    assert len(parents) == 1 and len(children) == 4 and len(runs) == 5 + len(abandoned)
     assert {c.data.tags["distmis.trial_id"] for c in children} == {r["trial_id"] for r in rows}
     for c in children:
         assert sorted(m.step for m in client.get_metric_history(c.info.run_id, "val_dice")) == [1, 2, 3]
