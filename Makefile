@@ -28,7 +28,8 @@ demo: install
 	@echo "  results table:     $(DEMO_OUT)/results.csv"
 	@echo "  best config:       $(DEMO_OUT)/best.yaml   (retrain it: $(BIN)/distmis train $(DEMO_OUT)/best.yaml)"
 	@echo "  best weights:      $(DEMO_OUT)/best/"
-	@echo "  per-trial curves:  $(DEMO_OUT)/trials/<id>/metrics.csv"
+	@echo "  per-trial curves:  $(DEMO_OUT)/trials/<id>/metrics.csv, plots in $(DEMO_OUT)/plots/"
+	@echo "  MLflow:            $(BIN)/distmis ui   -> http://127.0.0.1:5000  (store: runs/mlflow.db)"
 
 test: install
 	$(BIN)/python -m pytest

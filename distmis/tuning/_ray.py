@@ -45,7 +45,7 @@ def use_private_token(address: str | None) -> None:
 
 
 def init_ray(address: str | None, *, num_cpus: int | None = None, resources: dict[str, float] | None = None,
-             env_vars: dict[str, str] | None = None) -> dict[str, Any]:
+             env_vars: dict[str, str] | None = None, include_dashboard: bool = False) -> dict[str, Any]:
     """Start or connect to Ray; returns the cluster's total resources.
 
     Raises:
@@ -65,5 +65,5 @@ def init_ray(address: str | None, *, num_cpus: int | None = None, resources: dic
             raise ClusterError(f"cannot connect to the Ray cluster at {address}: {exc}") from None
     else:
         ray.init(num_cpus=num_cpus, resources=resources, runtime_env=runtime_env, logging_level="warning",
-                 include_dashboard=False)
+                 include_dashboard=include_dashboard)
     return ray.cluster_resources()

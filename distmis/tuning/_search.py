@@ -49,14 +49,23 @@ def _check_out(out: Path, resume: bool) -> None:
         )
 
 
-def plan_concurrency(config: ExperimentConfig, cluster: dict[str, float]) -> tuple[dict[str, float], int]:
-    """Resources of one trial and how many can run at once on ``cluster``.
+def plan_concurrency(
+    config: ExperimentConfig, cluster: dict[str, float], nodes: list[dict[str, float]] | None = None
+) -> tuple[dict[str, float], int]:
+    """Resources of one trial and how many trials can run at once on ``cluster``.
+
+    Data-parallel trial drivers hold no CPU (only the custom ``trial_driver`` resource), so
+    ``max_concurrent_trials x workers x cpus_per_worker`` is what must fit. Mode ``data`` runs
+    one trial at a time unless ``max_concurrent_trials`` says otherwise; ``hybrid`` and
+    ``experiment`` run as many as fit.
 
     Raises:
-        TuningError: when one trial can never fit on the cluster (instead of hanging).
+        TuningError: when one trial (or one of its workers) can never fit on the cluster,
+            instead of letting Ray wait forever.
     """
     par = config.parallelism
     per_trial = {"CPU": par.cpus_per_worker * par.workers_per_trial, "GPU": par.gpus_per_worker * par.workers_per_trial}
+    per_worker = {"CPU": par.cpus_per_worker, "GPU": par.gpus_per_worker}
     fits = []
     for key, need in per_trial.items():
         if need <= 0:
@@ -65,12 +74,20 @@ def plan_concurrency(config: ExperimentConfig, cluster: dict[str, float]) -> tup
         if need > have + 1e-9:
             raise TuningError(
                 f"parallelism: one trial needs {need:g} {key} ({par.workers_per_trial} worker(s) x "
-                f"{par.cpus_per_worker if key == 'CPU' else par.gpus_per_worker:g}), the cluster has {have:g}; "
-                "it could never start"
+                f"{per_worker[key]:g}), the cluster has {have:g}; it could never start"
             )
+        if nodes:
+            biggest = max(n.get(key, 0.0) for n in nodes)
+            if per_worker[key] > biggest + 1e-9:
+                raise TuningError(
+                    f"parallelism: one worker needs {per_worker[key]:g} {key}, the largest node has {biggest:g}; "
+                    "a worker must fit on one node"
+                )
         fits.append(int(math.floor(have / need + 1e-9)))
     possible = max(1, min(fits)) if fits else 1
     wanted = config.search.max_concurrent_trials
+    if wanted is None and par.mode == "data":
+        wanted = 1
     return per_trial, min(possible, wanted) if wanted else possible
 
 
@@ -136,14 +153,11 @@ def run_search(
     from ray import tune
 
     from distmis.tracking._callback import MlflowTrialCallback
+    from distmis.tuning._data_parallel import DRIVER_RESOURCE, data_parallel_trial
     from distmis.tuning._trial import TrialContext, trainable_for
 
     from distmis.data import resolve_prepared
 
-    if config.parallelism.mode != "experiment":
-        raise TuningError(
-            f"parallelism.mode {config.parallelism.mode!r} is not available in this version; use 'experiment'"
-        )
     if not config.space:
         raise TuningError("space: the search space is empty")
     out = experiment_dir(config, out)
@@ -161,8 +175,25 @@ def run_search(
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     tracker = _start_tracking(config, out, tracking_uri, resume)  # fails fast, before Ray and training
-    cluster = init_ray(address, env_vars={"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONWARNINGS": "ignore::DeprecationWarning"})
-    per_trial, concurrency = plan_concurrency(config, cluster)
+    data_parallel = config.parallelism.mode != "experiment"
+    cluster = init_ray(
+        address,
+        env_vars={"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONWARNINGS": "ignore::DeprecationWarning"},
+        # drivers of data-parallel trials hold one unit of this instead of a CPU
+        resources={DRIVER_RESOURCE: 1000} if data_parallel else None,
+        # Train V2 frees a stopped trial's workers through the dashboard's state API
+        include_dashboard=data_parallel,
+    )
+    import ray
+
+    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+    per_trial, concurrency = plan_concurrency(config, cluster, nodes)
+    if data_parallel and cluster.get(DRIVER_RESOURCE, 0) < concurrency:
+        raise TuningError(
+            f"parallelism.mode {config.parallelism.mode!r}: the cluster has {cluster.get(DRIVER_RESOURCE, 0):g} "
+            f"'{DRIVER_RESOURCE}' resource(s) for {concurrency} concurrent trial driver(s); start its head with "
+            f"ray start ... --resources '{{\"{DRIVER_RESOURCE}\": 1000}}' (distmis' SLURM bootstrap does this)"
+        )
 
     context = TrialContext(
         base_config=config.to_yaml_dict(),
@@ -172,7 +203,12 @@ def run_search(
         mode=config.search.mode,
         threads=int(config.train.threads or max(1, math.floor(config.parallelism.cpus_per_worker))),
     )
-    trainable = tune.with_resources(trainable_for(context), {"cpu": per_trial["CPU"], "gpu": per_trial["GPU"]})
+    if data_parallel:
+        trainable = tune.with_resources(
+            tune.with_parameters(data_parallel_trial, context=context), {"cpu": 0, DRIVER_RESOURCE: 1}
+        )
+    else:
+        trainable = tune.with_resources(trainable_for(context), {"cpu": per_trial["CPU"], "gpu": per_trial["GPU"]})
     if resume:
         tuner = tune.Tuner.restore(str(out / TUNE_DIR), trainable, resume_unfinished=True, resume_errored=True)
     else:
@@ -198,13 +234,16 @@ def run_search(
                 scheduler=scheduler,
                 num_samples=num_samples,
                 max_concurrent_trials=concurrency,
-                reuse_actors=True,
+                reuse_actors=not data_parallel,  # data-parallel trials need fresh worker processes
             ),
             run_config=tune.RunConfig(
                 name=TUNE_DIR,
                 storage_path=str(out),
                 failure_config=tune.FailureConfig(max_failures=config.search.max_failures),
-                checkpoint_config=tune.CheckpointConfig(num_to_keep=2, checkpoint_frequency=1, checkpoint_at_end=True),
+                # class trainables checkpoint through Tune every epoch; data-parallel trials
+                # checkpoint through Ray Train (rank 0) into trials/<id>/checkpoint
+                checkpoint_config=(tune.CheckpointConfig(num_to_keep=2) if data_parallel else
+                                   tune.CheckpointConfig(num_to_keep=2, checkpoint_frequency=1, checkpoint_at_end=True)),
                 callbacks=[MlflowTrialCallback(tracker, base_config=context.base_config, epochs=config.train.epochs)],
                 verbose=verbose,
             ),
@@ -212,7 +251,8 @@ def run_search(
     print(
         f"distmis: search '{config.name}' -> {out}  ({config.search.algorithm}, "
         f"{'resuming' if resume else f'{config.search.num_samples} samples'}, up to {concurrency} concurrent trial(s) of "
-        f"{per_trial['CPU']:g} CPU / {per_trial['GPU']:g} GPU)",
+        f"{per_trial['CPU']:g} CPU / {per_trial['GPU']:g} GPU, {config.parallelism.mode} parallelism, "
+        f"{config.parallelism.workers_per_trial} worker(s) per trial)",
         flush=True,
     )
     grid = tuner.fit()
