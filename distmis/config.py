@@ -105,7 +105,7 @@ class ModelConfig(_Section):
     depth: int = Field(3, ge=1, le=6)
     filters: int = Field(8, ge=1)
     kernel_size: int = Field(3, ge=1)
-    norm: Literal["batch", "group", "instance", "none"] = "batch"
+    norm: Literal["batch", "sync_batch", "group", "instance", "none"] = "batch"
     groups: int = Field(4, ge=1)
     dropout: float = Field(0.0, ge=0, lt=1)
 

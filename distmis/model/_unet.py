@@ -2,8 +2,9 @@
 
 Normalisation is always over the channel axis (-1, channels-last). The prototype normalised
 the wrong axis and its group normalisation crashed for 8 filters; here ``instance`` is group
-normalisation with one channel per group, and ``group`` checks that ``groups`` divides the
-filters before building.
+normalisation with one channel per group, ``group`` checks that ``groups`` divides the
+filters before building, and ``sync_batch`` synchronises batch statistics across the
+replicas of a data-parallel trial.
 """
 
 from __future__ import annotations
@@ -21,6 +22,10 @@ def _norm(kind: str, groups: int, name: str):  # noqa: ANN202
 
     if kind == "batch":
         return keras.layers.BatchNormalization(axis=-1, name=name)
+    if kind == "sync_batch":
+        # statistics reduced over all replicas of a data-parallel trial (as the CSCS course
+        # recommends for small per-replica batches); identical to "batch" on one replica
+        return keras.layers.BatchNormalization(axis=-1, synchronized=True, name=name)
     if kind == "group":
         return keras.layers.GroupNormalization(groups=groups, axis=-1, name=name)
     if kind == "instance":

@@ -33,7 +33,7 @@ def test_multiclass_dice_ignores_background() -> None:
     np.testing.assert_allclose(dice_score(y, wrong).numpy(), [(0 + 2 * 32 / 96) / 2], rtol=1e-6)
 
 
-@pytest.mark.parametrize("norm", ["batch", "group", "instance", "none"])
+@pytest.mark.parametrize("norm", ["batch", "sync_batch", "group", "instance", "none"])
 def test_unet_output_shape(norm: str) -> None:
     model = build_unet(ModelConfig(depth=3, filters=8, norm=norm, groups=4), channels=4, num_classes=1)
     x = np.random.default_rng(0).normal(size=(2, 16, 16, 16, 4)).astype(np.float32)

@@ -67,3 +67,13 @@ def test_patch_larger_than_volume_is_a_clear_error(prepared16: Path, tmp_path: P
 
     with pytest.raises(TrainingError, match="larger than the prepared volumes"):
         fit(_config(prepared16, patch=[32, 32, 32]), prepared16, tmp_path / "run")
+
+
+@pytest.mark.parametrize(("precision", "norm"), [("mixed_bfloat16", "batch"), ("float32", "sync_batch")])
+def test_precision_and_norm_options_train(prepared16: Path, tmp_path: Path, precision: str, norm: str) -> None:
+    import math
+
+    cfg = _config(prepared16, epochs=1, precision=precision)
+    cfg.model.norm = norm
+    result = fit(cfg, prepared16, tmp_path / "run")
+    assert math.isfinite(result.history[0]["loss"]) and math.isfinite(result.history[0]["val_dice"])
