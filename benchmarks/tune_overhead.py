@@ -6,6 +6,7 @@ ways, each as a fresh process so TensorFlow/Ray start-up is counted as a user pa
   plain   one Python process training the 4 configs back to back (1 thread, like a 1-CPU trial)
   tune-1  `distmis tune`, one trial at a time (max_concurrent_trials: 1)
   tune-2  `distmis tune`, two 1-CPU trials at a time on 2 cores
+  plain-2 two plain processes at once, 2 configs each: this host's own ceiling for 2-way concurrency
 
 and prints  ratio = tune-1 / plain  (target <= 1.10)  and  speed-up = tune-1 / tune-2  (target >= 1.85),
 end to end (what a user waits for: Ray start-up, MLflow, plots included) and for the trial
@@ -42,8 +43,8 @@ def space(prepared: Path, size: int, epochs: int, concurrency: int) -> dict:
     }
 
 
-def plain_loop(space_file: str) -> None:
-    """The baseline: the same grid trained in one process, no Ray."""
+def plain_loop(space_file: str, part: int = 0, parts: int = 1) -> None:
+    """The baseline: the same grid trained in one process, no Ray (or its ``part``-th share)."""
     from distmis.training import configure_tensorflow
 
     configure_tensorflow(1)
@@ -55,7 +56,8 @@ def plain_loop(space_file: str) -> None:
     out = Path(tempfile.mkdtemp(prefix="plain-"))
     start = time.perf_counter()
     for i, point in enumerate(grid_points(cfg.space)):
-        fit(apply_params(cfg, point), cfg.data.source, out / str(i))
+        if i % parts == part:
+            fit(apply_params(cfg, point), cfg.data.source, out / str(i))
     print(f"TRAINING_SECONDS {time.perf_counter() - start}")
 
 
@@ -77,9 +79,11 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=6)
     ap.add_argument("--cases", type=int, default=16)
     ap.add_argument("--plain-loop", help=argparse.SUPPRESS)
+    ap.add_argument("--part", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--parts", type=int, default=1, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.plain_loop:
-        plain_loop(args.plain_loop)
+        plain_loop(args.plain_loop, args.part, args.parts)
         return
 
     from distmis.data import prepare_dataset, write_synthetic_msd
@@ -101,6 +105,12 @@ def main() -> None:
 
     plain, stdout = timed([sys.executable, __file__, "--plain-loop", str(files[1])], env)
     plain_train = float(stdout.split("TRAINING_SECONDS")[1].split()[0])
+    # the host's own ceiling for 2-way concurrency: two plain processes, 2 configs each, at once
+    start = time.perf_counter()
+    halves = [subprocess.Popen([sys.executable, __file__, "--plain-loop", str(files[1]), "--part", str(i), "--parts", "2"],
+                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in (0, 1)]
+    assert [h.wait() for h in halves] == [0, 0]
+    plain2 = time.perf_counter() - start
     tune1, _ = timed([sys.executable, "-m", "distmis", "tune", str(files[1]), "--out", str(work / "t1")], env)
     tune2, _ = timed([sys.executable, "-m", "distmis", "tune", str(files[2]), "--out", str(work / "t2")], env)
     phase1, phase2 = trial_phase(work / "t1"), trial_phase(work / "t2")
@@ -111,6 +121,7 @@ def main() -> None:
     print(f"{'distmis tune, 2 concurrent trials':36s}{tune2:10.1f} s{phase2:12.1f} s")
     print(f"{'ratio tune-1 / plain (<= 1.10)':36s}{tune1 / plain:12.2f}{phase1 / plain_train:14.2f}")
     print(f"{'speed-up tune-1 / tune-2 (>= 1.85)':36s}{tune1 / tune2:11.2f}x{phase1 / phase2:13.2f}x")
+    print(f"{'host ceiling: 2 plain processes at once':36s}{plain2:10.1f} s  -> speed-up {plain / plain2:.2f}x without Ray")
 
 
 if __name__ == "__main__":

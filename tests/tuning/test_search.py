@@ -24,11 +24,13 @@ pytestmark = pytest.mark.slow
 
 
 def space_file(tmp: Path, prepared: Path, *, name: str, algorithm: str = "optuna", samples: int = 4, epochs: int = 3,
-               scheduler: dict | None = None, space: dict | None = None, concurrency: int = 2) -> Path:
+               scheduler: dict | None = None, space: dict | None = None, concurrency: int = 2,
+               steps_per_epoch: int | None = None) -> Path:
     doc = {
         "name": name,
         "data": {"source": str(prepared)},
-        "train": {"epochs": epochs, "batch_size_per_replica": 2, "augment": {"flip": False, "intensity": 0.0}},
+        "train": {"epochs": epochs, "batch_size_per_replica": 2, "augment": {"flip": False, "intensity": 0.0},
+                  "steps_per_epoch": steps_per_epoch},
         "model": {"depth": 3, "filters": 8},
         "search": {"algorithm": algorithm, "metric": "val_dice", "mode": "max", "num_samples": samples,
                    "max_concurrent_trials": concurrency, "seed": 0, "scheduler": scheduler or {"type": "none"}},
