@@ -24,6 +24,8 @@ COMMANDS = {
     "tune": "run a hyperparameter search from a search-space YAML",
     "validate": "check a configuration / search-space file without running it",
     "ui": "start the MLflow UI over the tracking store (127.0.0.1 by default)",
+    "cluster": "SLURM: print or submit an sbatch script that runs a command on a per-job Ray cluster",
+    "doctor": "check ports, temp path length, GPUs, TF/Keras, token file mode, Ray and SLURM versions",
 }
 
 
@@ -45,7 +47,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (testable without a subprocess)."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # everything after a bare `--` is a command to pass on (distmis cluster ... -- distmis tune x.yaml)
+    passthrough: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, passthrough = argv[:cut], argv[cut + 1 :]
     args = parser.parse_args(argv)
+    args.passthrough = passthrough
     try:
         return int(args._module.run(args) or 0)
     except DistmisError as exc:

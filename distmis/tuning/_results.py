@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from distmis._fsutil import write_json_atomic, write_text_atomic
 from distmis.config import ExperimentConfig, apply_params, dump_config
-from distmis.tuning._keys import REPORTED_AT, STARTED_AT, sampled_params
+from distmis.tuning._keys import NODE, REPORTED_AT, STARTED_AT, sampled_params
 
 if TYPE_CHECKING:
     from ray.tune import ResultGrid
@@ -31,6 +31,7 @@ class TrialRow:
     started_at: float | None
     finished_at: float | None
     error: str | None = None
+    node_ip: str | None = None
 
     @property
     def seconds(self) -> float | None:
@@ -114,6 +115,7 @@ def _rows(grid: "ResultGrid", config: ExperimentConfig) -> list[TrialRow]:
                 started_at=started,
                 finished_at=finished,
                 error=str(result.error).splitlines()[0][:300] if result.error else None,
+                node_ip=str(metrics[NODE]) if metrics.get(NODE) else None,
             )
         )
     return sorted(rows, key=lambda r: r.trial_id)
@@ -122,7 +124,7 @@ def _rows(grid: "ResultGrid", config: ExperimentConfig) -> list[TrialRow]:
 def _csv(rows: list[TrialRow], metric_names: list[str]) -> str:
     param_names = sorted({k for r in rows for k in r.params})
     header = (
-        ["trial_id", "status", *param_names, "epochs", "stopped_early", "seconds", "started_at", "finished_at"]
+        ["trial_id", "status", *param_names, "epochs", "stopped_early", "seconds", "started_at", "finished_at", "node_ip"]
         + [f"final_{m}" for m in metric_names]
         + [f"best_{m}" for m in metric_names]
         + ["best_epoch", "error"]
@@ -133,7 +135,7 @@ def _csv(rows: list[TrialRow], metric_names: list[str]) -> str:
     for r in rows:
         w.writerow(
             [r.trial_id, r.status, *[r.params.get(p, "") for p in param_names], r.epochs, r.stopped_early,
-             "" if r.seconds is None else f"{r.seconds:.2f}", r.started_at or "", r.finished_at or ""]
+             "" if r.seconds is None else f"{r.seconds:.2f}", r.started_at or "", r.finished_at or "", r.node_ip or ""]
             + [r.final.get(m, "") for m in metric_names]
             + [r.best.get(m, "") for m in metric_names]
             + [int(r.best["epoch"]) if "epoch" in r.best else "", r.error or ""]

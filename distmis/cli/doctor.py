@@ -1,0 +1,67 @@
+"""Check this node for what breaks distributed runs, and print what was checked.
+
+Ports (can a free port be bound on the node address), Ray's temp/socket path length
+(AF_UNIX paths must stay under 107 bytes), GPUs visible to TensorFlow, the TensorFlow/Keras
+pairing, the Ray auth token file's mode, and the Ray and SLURM versions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import stat
+import subprocess
+from pathlib import Path
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default="127.0.0.1", help="address to test port binding on (default 127.0.0.1)")
+    p.add_argument("--temp-dir", default="/tmp", help="root of Ray's temp dir (default /tmp)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from distmis.training import configure_tensorflow
+
+    results: list[tuple[str, bool, str]] = []
+
+    def check(name: str, ok: bool, detail: str) -> None:
+        results.append((name, ok, detail))
+        print(f"[{'ok' if ok else 'FAIL'}] {name}: {detail}", flush=True)
+
+    try:
+        with socket.socket() as s:
+            s.bind((args.host, 0))
+            check("ports", True, f"a free port can be bound on {args.host} ({s.getsockname()[1]})")
+    except OSError as exc:
+        check("ports", False, f"cannot bind on {args.host}: {exc}")
+    sample = Path(args.temp_dir) / "dm-1234567-0" / "session_2026-01-01_00-00-00_000000_12345" / "sockets" / "plasma_store"
+    check("temp path length", len(str(sample)) < 107, f"{len(str(sample))} bytes for Ray's longest socket path (< 107)")
+
+    configure_tensorflow(None)
+    import keras
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    check("GPUs visible to TensorFlow", True, f"{len(gpus)} {[g.name for g in gpus]}")
+    pair_ok = keras.__version__.startswith("3.") and tf.__version__.startswith("2.2")
+    check("TensorFlow/Keras", pair_ok, f"tensorflow {tf.__version__}, keras {keras.__version__} (need TF >= 2.16 with Keras 3)")
+    token = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    if token and Path(token).exists():
+        mode = stat.S_IMODE(Path(token).stat().st_mode)
+        check("Ray token file", mode & 0o077 == 0, f"{token} mode {oct(mode)} (must be readable by you only)")
+    else:
+        check("Ray token file", True, "RAY_AUTH_TOKEN_PATH not set: a local Ray started by distmis gets a private one")
+    import ray
+
+    check("Ray", ray.__version__.startswith("2.60"), f"ray {ray.__version__}")
+    if shutil.which("sinfo"):
+        out = subprocess.run(["sinfo", "--version"], capture_output=True, text=True)
+        if out.returncode == 0:
+            check("SLURM", True, out.stdout.strip())
+        else:  # installed, but this node reaches no slurm.conf / controller
+            check("SLURM", True, f"installed, no cluster configured here ({out.stderr.strip().splitlines()[0][:120]})")
+    else:
+        check("SLURM", True, "not installed on this node (only needed for sbatch)")
+    return 0 if all(ok for _, ok, _ in results) else 1
