@@ -20,7 +20,6 @@ import os
 import time
 import warnings
 from pathlib import Path
-from typing import Any
 
 from distmis._fsutil import write_text_atomic
 from distmis.config import ExperimentConfig
