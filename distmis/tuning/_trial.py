@@ -57,9 +57,15 @@ class DistmisTrial(tune.Trainable):
         self._epochs = trial_config.train.epochs
         self._started = time.time()
         self._node = ray.util.get_node_ip_address()
-        self._session = RunSession(
-            trial_config, ctx.prepared, Path(ctx.trials_dir) / self.trial_id, metric=ctx.metric, mode=ctx.mode
-        )
+        run_dir = Path(ctx.trials_dir) / self.trial_id
+        # a restarted trial (its process died) continues from its own last epoch even when
+        # Tune has no checkpoint of it yet; Tune's own checkpoint, if newer, is loaded after this
+        own = run_dir / "checkpoint"
+        resume = own if (own / "state.npz").is_file() else None
+        self._session = RunSession(trial_config, ctx.prepared, run_dir, metric=ctx.metric, mode=ctx.mode,
+                                   resume_from=resume)
+        if resume is not None:
+            print(f"distmis: trial {self.trial_id} resumes from epoch {self._session.epoch}", flush=True)
 
     def step(self) -> dict[str, Any]:
         metrics = self._session.step().as_dict()

@@ -47,12 +47,16 @@ def test_data_parallel_trials_span_two_nodes(prepared16: Path, tmp_path: Path) -
         while head.alive_nodes() < 2:
             assert time.monotonic() < deadline, "worker node 127.0.0.12 did not join within 60 s"
             time.sleep(1)
-        path = space_file(tmp_path, prepared16, name="dp", algorithm="random", samples=3, epochs=3,
+        # grid, run in order, one trial at a time: a good lr, then a hopeless one that ASHA stops
+        # at its first rung (its val_loss is worse than the first trial's there)
+        path = space_file(tmp_path, prepared16, name="dp", algorithm="grid", samples=1, epochs=3,
                           scheduler={"type": "asha", "grace_period": 1, "reduction_factor": 2},
-                          space={"lr": {"loguniform": [3.0e-3, 2.0e-2]}})
+                          steps_per_epoch=20, space={"lr": {"choice": [2.0e-2, 1.0e-7]}})
         doc = path.read_text().replace("mode: experiment", "mode: data").replace("workers_per_trial: 1",
                                                                                   "workers_per_trial: 2")
         doc = doc.replace("batch_size_per_replica: 2", "batch_size_per_replica: 1")
+        doc = doc.replace("metric: val_dice", "metric: val_loss").replace("mode: max", "mode: min")
+        doc = doc.replace("  filters: 8\n", "  filters: 8\n  norm: group\n")  # batch norm is noise at batch 1
         path.write_text(doc)
         out = tmp_path / "out"
         result = subprocess.run(
@@ -61,15 +65,17 @@ def test_data_parallel_trials_span_two_nodes(prepared16: Path, tmp_path: Path) -
         )
         assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
         rows = read_results(out)
-        assert len(rows) == 3 and all(r["status"] == "TERMINATED" for r in rows)
+        assert len(rows) == 2 and all(r["status"] == "TERMINATED" for r in rows)
+        stopped = [r for r in rows if r["stopped_early"] == "True"]
+        assert len(stopped) == 1 and float(stopped[0]["lr"]) < 1e-6, rows  # ASHA stopped the hopeless trial
         for r in rows:  # each trial's two workers ran on the two nodes
             workers = [json.loads(p.read_text()) for p in (out / "trials" / r["trial_id"]).glob("worker-*.json")]
             assert sorted(w["rank"] for w in workers) == [0, 1]
             assert {w["node_ip"] for w in workers} == {"127.0.0.11", "127.0.0.12"}
         # global batch = per-replica batch x workers
         summary = json.loads((out / "summary.json").read_text())
-        assert summary["trials"] == 3
-        # trials stopped by ASHA (or finished) gave their workers back: every CPU is free again
+        assert summary["trials"] == 2 and summary["stopped_early"] == 1
+        # the trial stopped by ASHA in mid-run gave its workers back: every CPU is free again
         deadline = time.monotonic() + 60
         while True:
             res = head.available()

@@ -185,3 +185,47 @@ def test_ray_job_submit_to_existing_cluster(prepared16: Path, tmp_path: Path) ->
     finally:
         head.stop()
     assert not Path(head.temp_dir).exists()
+
+
+def _trial_actor_pids() -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmd = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if cmd.startswith((b"ray::distmis_trial", b"ray::ResourceTrainable")):  # Tune names it after the wrapper
+                pids.append(int(entry.name))
+    return pids
+
+
+def test_failed_trial_restarts_from_its_last_checkpoint(prepared16: Path, tmp_path: Path) -> None:
+    """kill -9 the trial's process after its first epoch: Tune restarts it from that epoch's checkpoint."""
+    path = space_file(tmp_path, prepared16, name="fail", algorithm="random", samples=1, epochs=4, concurrency=1,
+                      steps_per_epoch=40, space={"lr": {"loguniform": [3.0e-3, 2.0e-2]}})
+    out = tmp_path / "out"
+    log = open(tmp_path / "search.log", "w")
+    proc = _distmis("tune", str(path), "--out", str(out), env=clean_env(PYTHONUNBUFFERED="1"), stdout=log,
+                    stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 240
+        killed = False
+        while time.monotonic() < deadline and proc.poll() is None and not killed:
+            runs = list((out / "trials").glob("*/metrics.csv")) if (out / "trials").exists() else []
+            if runs and len(list(csv.DictReader(open(runs[0])))) >= 1 and _trial_actor_pids():
+                for pid in _trial_actor_pids():
+                    os.kill(pid, signal.SIGKILL)  # the trial's worker process dies mid-training
+                killed = True
+            time.sleep(0.2)
+        assert killed, f"never saw a trial epoch; see {log.name}"
+        assert proc.wait(timeout=300) == 0, (tmp_path / "search.log").read_text()[-3000:]
+    finally:
+        stop_group(proc, timeout=5)
+        log.close()
+    rows = read_results(out)
+    assert len(rows) == 1 and rows[0]["status"] == "TERMINATED" and rows[0]["epochs"] == "4"
+    epochs = [int(x["epoch"]) for x in csv.DictReader(open(out / "trials" / rows[0]["trial_id"] / "metrics.csv"))]
+    assert epochs == [1, 2, 3, 4]  # resumed after the failure, no epoch repeated or lost
+    text = (tmp_path / "search.log").read_text()
+    assert f"trial {rows[0]['trial_id']} resumes from epoch" in text  # not from scratch
