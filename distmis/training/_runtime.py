@@ -52,8 +52,3 @@ def configure_tensorflow(threads: float | int | None) -> int | None:
             pass  # already initialised: memory growth must be set before first use
     return applied
 
-
-def visible_gpus() -> int:
-    import tensorflow as tf
-
-    return len(tf.config.list_physical_devices("GPU"))
