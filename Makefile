@@ -23,11 +23,14 @@ demo: install
 	@echo "== distmis demo: quickstart search on synthetic MSD-layout data (data cached in ./data)"
 	rm -rf $(DEMO_OUT)
 	DISTMIS_DATA_HOME=$(CURDIR)/data $(BIN)/distmis tune search_spaces/quickstart.yaml --out $(DEMO_OUT)
+	@echo "== the best model on the held-out test cases (raw NIfTI in, segmentation NIfTI out)"
+	DISTMIS_DATA_HOME=$(CURDIR)/data $(BIN)/distmis evaluate $(DEMO_OUT)/best --split test
 	@echo
 	@echo "== where to look"
 	@echo "  results table:     $(DEMO_OUT)/results.csv"
 	@echo "  best config:       $(DEMO_OUT)/best.yaml   (retrain it: $(BIN)/distmis train $(DEMO_OUT)/best.yaml)"
 	@echo "  best weights:      $(DEMO_OUT)/best/"
+	@echo "  test-set scores:   $(DEMO_OUT)/evaluate-test/ (metrics.csv, cases.png, predictions/*.nii.gz)"
 	@echo "  per-trial curves:  $(DEMO_OUT)/trials/<id>/metrics.csv, plots in $(DEMO_OUT)/plots/"
 	@echo "  MLflow:            $(BIN)/distmis ui   -> http://127.0.0.1:5000  (store: runs/mlflow.db)"
 

@@ -33,3 +33,7 @@ class ClusterError(DistmisError):
 
 class TrackingError(DistmisError):
     """The MLflow tracking store cannot be reached or used when a search starts."""
+
+
+class InferenceError(DistmisError):
+    """A model directory cannot be used for prediction, or a case could not be predicted."""

@@ -22,6 +22,8 @@ COMMANDS = {
     "visualize": "draw a prepared case (channels + label overlay) as PNG or GIF",
     "train": "train one configuration (no search)",
     "tune": "run a hyperparameter search from a search-space YAML",
+    "predict": "segment raw NIfTI scans with a trained model (sliding window, source geometry out)",
+    "evaluate": "score a model on held-out raw cases: Dice, IoU, HD95 (mm), sensitivity, specificity",
     "validate": "check a configuration / search-space file without running it",
     "ui": "start the MLflow UI over the tracking store (127.0.0.1 by default)",
     "cluster": "SLURM: print or submit an sbatch script that runs a command on a per-job Ray cluster",

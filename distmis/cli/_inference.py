@@ -1,0 +1,41 @@
+"""Options shared by ``distmis predict`` and ``distmis evaluate``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from distmis.cli._common import shape3
+
+
+def add_window_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("sliding window")
+    g.add_argument("--patch", type=shape3, default=None,
+                   help="cube size X,Y,Z or one int (default: the patch the model was trained on)")
+    g.add_argument("--overlap", type=float, default=0.5, help="overlap of neighbouring cubes, in [0, 1) (default 0.5)")
+    g.add_argument("--blend", choices=("gaussian", "average"), default="gaussian",
+                   help="how overlapping cubes are combined (default gaussian: centre voxels weigh most)")
+    g.add_argument("--batch", type=int, default=2, help="cubes per forward pass; bounds accelerator memory (default 2)")
+    r = p.add_argument_group("parallel cases (Ray)")
+    r.add_argument("--workers", type=int, default=None,
+                   help="cases predicted at once, one Ray actor each (default: 1 without a cluster, "
+                        "every GPU / CPU of the cluster with --address or RAY_ADDRESS)")
+    r.add_argument("--address", default=None, help="Ray cluster address (default: $RAY_ADDRESS, else no Ray)")
+
+
+def window_options(args: argparse.Namespace):  # noqa: ANN201
+    from distmis.inference import PredictOptions
+
+    return PredictOptions(patch=args.patch, overlap=args.overlap, blend=args.blend, batch_size=args.batch)
+
+
+def report_failures(failed: list, what: str) -> int:
+    """Print the failed cases (one line each) and return the exit code: 1 when any failed."""
+    if not failed:
+        return 0
+    print(f"distmis: error: {len(failed)} case(s) failed; nothing was written for them:", file=sys.stderr)
+    for outcome in failed:
+        first = (outcome.error or "").splitlines()[0] if outcome.error else "unknown error"
+        print(f"  {outcome.case_id}: {first}", file=sys.stderr)
+    print(f"the other {what} were written.", file=sys.stderr)
+    return 1

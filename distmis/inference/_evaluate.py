@@ -1,0 +1,275 @@
+"""``distmis evaluate``: predict held-out cases from their raw NIfTI and score them in mm.
+
+Evaluation deliberately goes back to the *raw* scans and labels named by the prepared
+directory's ``info.json`` (its source ``dataset.json`` and split), rather than scoring the
+preprocessed TFRecords: what a user cares about is the segmentation ``distmis predict`` writes
+in the scan's own geometry, and HD95 needs the real voxel spacing.
+
+Output directory (written to a temporary sibling, renamed at the end)::
+
+    metrics.csv        one row per case: Dice, IoU, HD95 (mm), sensitivity, specificity
+    summary.json       mean / median per metric, failed cases, options, model
+    cases.png          a few cases: image, truth, prediction (slice through the tumour)
+    predictions/       the predicted segmentations (NIfTI, source geometry)
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from distmis._fsutil import atomic_directory, write_json_atomic
+from distmis.data._msd import MsdCase, load_case_label, load_nifti, read_dataset_json
+from distmis.exceptions import DataError, InferenceError
+from distmis.inference._metrics import METRICS, mask_metrics, summarise
+from distmis.inference._model import ModelRecord, read_model_record
+from distmis.inference._predict import CaseJob, CaseOutcome, PredictOptions, predict_cases
+
+_log = logging.getLogger(__name__)
+MAX_PICTURED = 4
+
+
+@dataclass
+class EvaluationResult:
+    out: Path
+    rows: list[dict[str, Any]]
+    summary: dict[str, Any]
+    failed: list[CaseOutcome]
+    mlflow_run_id: str | None = None
+
+
+def evaluation_cases(source: Path, split: str) -> list[MsdCase]:
+    """The labelled raw cases of ``split``: from a prepared directory (``info.json``) or, for an
+    MSD directory (``dataset.json``), every training case when ``split`` is ``all``."""
+    if (source / "info.json").is_file():
+        from distmis.data import load_manifest
+
+        manifest = load_manifest(source)
+        splits = manifest.info.get("splits", {})
+        if split not in splits:
+            raise DataError(f"{source / 'info.json'}: no split {split!r}; it has {sorted(splits)}")
+        ids = list(splits[split].get("cases", []))
+        if not ids:
+            raise DataError(f"{source / 'info.json'}: split {split!r} has no cases")
+        raw = Path(manifest.info["source"]["path"])
+        dataset = read_dataset_json(raw)
+        by_id = {c.case_id: c for c in dataset.training}
+        missing = [i for i in ids if i not in by_id]
+        if missing:
+            raise DataError(f"{raw / 'dataset.json'}: cases {missing[:5]} of split {split!r} are not listed any more")
+        return [by_id[i] for i in ids]
+    if (source / "dataset.json").is_file():
+        if split != "all":
+            raise DataError(
+                f"{source}: an MSD directory has no {split!r} split; pass --split all, or the prepared directory"
+            )
+        return list(read_dataset_json(source).training)
+    raise DataError(f"{source}: expected a prepared directory (info.json) or an MSD directory (dataset.json)")
+
+
+def _regions(record: ModelRecord) -> list[tuple[str, int | None]]:
+    """(name, label value) pairs scored: binary models one 'foreground' region (any label > 0)."""
+    if record.preprocessing["label_mode"] == "binary":
+        return [("foreground", None)]
+    labels = {int(k): v for k, v in record.preprocessing["labels"].items()}
+    return [(labels.get(k, str(k)).replace(" ", "_"), k) for k in range(1, record.num_classes)]
+
+
+def score_case(record: ModelRecord, case: MsdCase, prediction: Path) -> dict[str, Any]:
+    """Metrics of one case; for multi-class models per label, plus their mean under the plain names."""
+    pred, _, _ = load_nifti(prediction, dtype=np.float32)
+    img_header = load_nifti(case.image)[2]
+    spacing = [float(z) for z in img_header.get_zooms()[:3]]  # type: ignore[attr-defined]
+    assert case.label is not None
+    truth = load_case_label(case.label, pred.shape, {int(k): v for k, v in record.preprocessing["labels"].items()})
+    row: dict[str, Any] = {"case_id": case.case_id}
+    per_region = []
+    for name, value in _regions(record):
+        t = truth > 0 if value is None else truth == value
+        p = pred > 0 if value is None else pred == value
+        m = mask_metrics(t, p, spacing)
+        per_region.append(m)
+        if value is not None:
+            row.update({f"{k}_{name}": v for k, v in m.items()})
+    for metric in METRICS:
+        vals = [m[metric] for m in per_region]
+        row[metric] = vals[0] if len(vals) == 1 else float(np.mean(vals))
+    row["spacing_mm"] = "x".join(f"{s:g}" for s in spacing)
+    return row
+
+
+def plot_cases(record: ModelRecord, cases: list[tuple[MsdCase, Path]], out: Path) -> Path:
+    """Image (first modality), truth and prediction on the slice with the most tumour."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import ListedColormap
+
+    cmap = ListedColormap([(0, 0, 0, 0), (1, 0.85, 0, 0.55), (1, 0.1, 0.1, 0.55), (0.1, 0.6, 1, 0.55)])
+    fig, axes = plt.subplots(len(cases), 3, figsize=(8, 2.7 * len(cases)), squeeze=False)
+    labels = {int(k): v for k, v in record.preprocessing["labels"].items()}
+    for row, (case, pred_path) in zip(axes, cases, strict=True):
+        image = load_nifti(case.image)[0]
+        image = image[..., 0] if image.ndim == 4 else image
+        assert case.label is not None
+        truth = load_case_label(case.label, image.shape, labels)
+        if record.preprocessing["label_mode"] == "binary":
+            truth = (truth > 0).astype(np.uint8)  # what the model was trained to find
+        pred = load_nifti(pred_path)[0].astype(np.uint8)
+        area = (truth > 0).reshape(-1, truth.shape[2]).sum(0)
+        z = int(np.argmax(area)) if area.max() > 0 else truth.shape[2] // 2
+        for ax, overlay, title in zip(row, (None, truth, pred), ("image", "truth", "prediction"), strict=True):
+            ax.imshow(image[:, :, z].T, cmap="gray", origin="lower")
+            if overlay is not None:
+                ax.imshow(np.clip(overlay[:, :, z], 0, 3).T, cmap=cmap, vmin=0, vmax=3, origin="lower",
+                          interpolation="nearest")
+            ax.set_title(f"{case.case_id} {title} (z={z})", fontsize=8)
+            ax.axis("off")
+    fig.tight_layout()
+    tmp = out.with_name(f".{out.name}.tmp.png")
+    fig.savefig(tmp, dpi=90)
+    plt.close(fig)
+    tmp.replace(out)
+    return out
+
+
+def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    columns: list[str] = []
+    for r in rows:
+        columns += [k for k in r if k not in columns]
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def evaluate(
+    model_dir: str | Path,
+    source: str | Path,
+    *,
+    split: str = "test",
+    out: str | Path | None = None,
+    options: PredictOptions = PredictOptions(),
+    workers: int | None = None,
+    address: str | None = None,
+    overwrite: bool = False,
+    track: bool = True,
+    on_done: Any = None,
+) -> EvaluationResult:
+    """Predict and score every labelled case of ``split``; see the module docstring for the output.
+
+    Raises:
+        InferenceError / DataError: bad model directory or source, before anything is predicted.
+    """
+    model_dir, source = Path(model_dir), Path(source)
+    record = read_model_record(model_dir)
+    cases = evaluation_cases(source, split)
+    out = Path(out) if out is not None else model_dir.parent / f"evaluate-{split}"
+    if out.exists() and not overwrite:
+        raise InferenceError(f"{out}: already exists; pass --overwrite or choose another --out")
+    with atomic_directory(out, overwrite=overwrite) as tmp:
+        jobs = [CaseJob(c.case_id, c.image, tmp / "predictions" / f"{c.case_id}.nii.gz") for c in cases]
+        outcomes = predict_cases(model_dir, jobs, options, workers=workers, address=address, on_done=on_done)
+        rows: list[dict[str, Any]] = []
+        failed = [o for o in outcomes if not o.ok]
+        scored: list[tuple[MsdCase, Path]] = []
+        for case, job, outcome in zip(cases, jobs, outcomes, strict=True):
+            if not outcome.ok:
+                continue
+            try:
+                row = score_case(record, case, job.out)
+            except DataError as exc:  # e.g. a corrupt label file: this case fails, the others count
+                outcome.error = str(exc)
+                failed.append(outcome)
+                job.out.unlink(missing_ok=True)
+                continue
+            row["seconds"] = round(outcome.seconds, 3)
+            rows.append(row)
+            scored.append((case, job.out))
+        summary: dict[str, Any] = {
+            "model": str(model_dir.resolve()),
+            "source": str(source.resolve()),
+            "split": split,
+            "cases": len(cases),
+            "scored": len(rows),
+            "failed": [{"case_id": o.case_id, "error": o.error} for o in failed],
+            "options": {"patch": list(options.resolved_patch(record)), "overlap": options.overlap,
+                        "blend": options.blend, "batch_size": options.batch_size},
+            "metrics": {m: summarise([r[m] for r in rows]) for m in METRICS},
+        }
+        if rows:
+            _write_csv(tmp / "metrics.csv", rows)
+            plot_cases(record, scored[:MAX_PICTURED], tmp / "cases.png")
+        write_json_atomic(tmp / "summary.json", summary)
+    result = EvaluationResult(out, rows, summary, failed)
+    if track and rows:
+        result.mlflow_run_id = log_evaluation(model_dir, out, summary)
+    return result
+
+
+# --------------------------------------------------------------------------- MLflow
+def search_tracking(model_dir: Path) -> dict[str, Any] | None:
+    """The MLflow runs a model directory came from: ``<search>/best`` or ``<search>/trials/<id>/best``."""
+    from distmis.tracking import STATE_FILE
+
+    model_dir = model_dir.resolve()
+    candidates = [(model_dir.parent, None)]
+    if len(model_dir.parents) > 2 and model_dir.parents[1].name == "trials":
+        candidates.append((model_dir.parents[2], model_dir.parent.name))
+    for search_dir, trial in candidates:
+        state = search_dir / STATE_FILE
+        if state.is_file():
+            data = json.loads(state.read_text(encoding="utf-8"))
+            if "parent_run_id" not in data:
+                continue
+            trial_run = data.get("trials", {}).get(trial, {}).get("run_id") if trial else None
+            return {**data, "search_dir": str(search_dir), "trial_run_id": trial_run}
+    return None
+
+
+def log_evaluation(model_dir: Path, out: Path, summary: dict[str, Any]) -> str | None:
+    """A nested run ``evaluate-<split>`` under the search's parent run, with metrics and files.
+
+    A tracking failure never loses the evaluation (its files are already written): it is
+    reported as one warning and ``None`` is returned.
+    """
+    info = search_tracking(model_dir)
+    if info is None:
+        return None
+    try:
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(tracking_uri=info["tracking_uri"])
+        tags = {
+            "mlflow.parentRunId": info["parent_run_id"],
+            "distmis.kind": "evaluation",
+            "distmis.model_dir": str(model_dir.resolve()),
+            "distmis.split": summary["split"],
+        }
+        if info.get("trial_run_id"):
+            tags["distmis.trial_run_id"] = info["trial_run_id"]
+        run = client.create_run(info["experiment_id"], run_name=f"evaluate-{summary['split']}", tags=tags)
+        run_id = run.info.run_id
+        for key, value in summary["options"].items():
+            client.log_param(run_id, f"predict.{key}", json.dumps(value) if isinstance(value, list) else value)
+        for metric, stats in summary["metrics"].items():
+            for stat in ("mean", "median"):
+                if np.isfinite(stats[stat]):
+                    client.log_metric(run_id, f"{metric}_{stat}", stats[stat])
+        client.log_metric(run_id, "cases_scored", summary["scored"])
+        client.log_metric(run_id, "cases_failed", len(summary["failed"]))
+        for name in ("metrics.csv", "summary.json", "cases.png"):
+            if (out / name).is_file():
+                client.log_artifact(run_id, str(out / name))
+        client.set_terminated(run_id, "FINISHED")
+        return run_id
+    except Exception as exc:  # noqa: BLE001 - tracking must not fail a finished evaluation
+        _log.warning("evaluation not logged to MLflow (%s: %s); its files are in %s", type(exc).__name__, exc, out)
+        return None

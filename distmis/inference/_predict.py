@@ -1,0 +1,286 @@
+"""Predict raw NIfTI scans with a trained model: preprocessing as in training, sliding-window
+inference, output in the source geometry, one case per Ray task when a cluster is there.
+
+Geometry: with ``resize: resample`` the model was trained on volumes resampled to the
+recorded shape, so the scan is resampled the same way and the class probabilities are
+resampled back before thresholding. With ``resize: crop_pad`` training only cropped or padded
+(the voxel grid was not changed), so the whole scan is predicted directly by sliding windows
+(the U-Net is fully convolutional) and nothing needs undoing: unlike re-applying the crop,
+this also predicts the voxels that the crop cut off. Either way the written segmentation has
+the source image's spatial shape, affine and header.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from distmis.data._msd import load_case_image
+from distmis.data._prepare import resample, zscore_nonzero
+from distmis.exceptions import DistmisError, InferenceError
+from distmis.inference._model import ModelRecord, build_model, make_predict_fn, read_model_record
+from distmis.inference._window import BLENDS, sliding_window_predict
+
+
+@dataclass(frozen=True)
+class PredictOptions:
+    """How to cut a volume into cubes (``patch`` None: the cube the model was trained on)."""
+
+    patch: tuple[int, int, int] | None = None
+    overlap: float = 0.5
+    blend: str = "gaussian"
+    batch_size: int = 2
+    threshold: float = 0.5
+
+    def resolved_patch(self, record: ModelRecord) -> tuple[int, int, int]:
+        patch = tuple(self.patch) if self.patch is not None else record.default_patch
+        bad = [p for p in patch if p % record.divisor]
+        if bad:
+            raise InferenceError(
+                f"--patch {list(patch)}: every side must be a multiple of {record.divisor} "
+                f"(2^(model.depth-1) for a depth-{record.config.model.depth} U-Net)"
+            )
+        return patch  # type: ignore[return-value]
+
+    def check(self) -> None:
+        if not 0.0 <= self.overlap < 1.0:
+            raise InferenceError(f"--overlap must be in [0, 1), got {self.overlap}")
+        if self.blend not in BLENDS:
+            raise InferenceError(f"--blend must be one of {list(BLENDS)}, got {self.blend!r}")
+        if self.batch_size < 1:
+            raise InferenceError(f"--batch must be >= 1, got {self.batch_size}")
+
+
+@dataclass
+class CaseJob:
+    case_id: str
+    image: Path
+    out: Path
+
+
+@dataclass
+class CaseOutcome:
+    case_id: str
+    image: str
+    out: str | None
+    error: str | None = None
+    seconds: float = 0.0
+    shape: list[int] = field(default_factory=list)
+    cubes: int = 0
+    worker: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------- one volume
+def predict_probabilities(
+    image: np.ndarray,
+    record: ModelRecord,
+    predict: Callable[[np.ndarray], np.ndarray],
+    options: PredictOptions,
+    progress: Callable[[int, int], None] | None = None,
+) -> np.ndarray:
+    """Raw image (X, Y, Z, C) -> class probabilities (X, Y, Z, K) in the same voxel grid."""
+    spatial = image.shape[:3]
+    x = zscore_nonzero(image)
+    if record.preprocessing["resize"] == "resample":
+        x = resample(x, record.training_shape, order=1)
+    probs = sliding_window_predict(
+        x, predict, patch=options.resolved_patch(record), overlap=options.overlap, blend=options.blend,
+        batch_size=options.batch_size, progress=progress,
+    )
+    if probs.shape[:3] != spatial:
+        probs = resample(probs, spatial, order=1)  # type: ignore[arg-type]
+    return probs
+
+
+def probabilities_to_labels(probs: np.ndarray, threshold: float = 0.5) -> np.ndarray:
+    """Binary model: foreground (1) where p > threshold. Multi-class: argmax = the MSD label value."""
+    if probs.shape[-1] == 1:
+        return (probs[..., 0] > threshold).astype(np.uint8)
+    return np.argmax(probs, axis=-1).astype(np.uint8)
+
+
+def write_segmentation(labels: np.ndarray, affine: np.ndarray, header: Any, out: Path) -> None:
+    """Write labels with the source's affine and header (uint8, 3D), atomically."""
+    import nibabel as nib
+
+    header = header.copy()
+    header.set_data_dtype(np.uint8)
+    img = nib.Nifti1Image(labels.astype(np.uint8), affine, header=header)
+    img.header.set_slope_inter(1.0, 0.0)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    suffix = ".nii.gz" if out.name.endswith(".nii.gz") else ".nii"
+    tmp = out.with_name(f".{out.name.removesuffix(suffix)}.partial{suffix}")
+    try:
+        nib.save(img, str(tmp))
+        tmp.replace(out)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def predict_case(
+    job: CaseJob,
+    record: ModelRecord,
+    predict: Callable[[np.ndarray], np.ndarray],
+    options: PredictOptions,
+    progress: Callable[[int, int], None] | None = None,
+) -> CaseOutcome:
+    """Predict one scan and write its segmentation; errors become the outcome, nothing is written."""
+    from distmis.inference._window import cube_origins
+
+    start = time.perf_counter()
+    outcome = CaseOutcome(job.case_id, str(job.image), None, worker=f"{os.uname().nodename}:{os.getpid()}")
+    try:
+        image, affine, header = load_case_image(job.image, record.channels)
+        outcome.shape = list(image.shape)
+        probs = predict_probabilities(image, record, predict, options, progress)
+        grid = record.training_shape if record.preprocessing["resize"] == "resample" else image.shape[:3]
+        patch = options.resolved_patch(record)
+        outcome.cubes = len(cube_origins(tuple(max(g, p) for g, p in zip(grid, patch, strict=True)), patch, options.overlap))
+        write_segmentation(probabilities_to_labels(probs, options.threshold), affine, header, job.out)
+        outcome.out = str(job.out)
+    except DistmisError as exc:
+        outcome.error = str(exc)
+    except Exception as exc:  # a bug or a TensorFlow error on this case: report it, go on with the others
+        outcome.error = f"{job.image}: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"
+    outcome.seconds = time.perf_counter() - start
+    return outcome
+
+
+# --------------------------------------------------------------------------- many cases
+def _is_nifti(path: Path) -> bool:
+    return path.name.endswith((".nii.gz", ".nii")) and not path.name.startswith(".")
+
+
+def case_id_of(path: Path) -> str:
+    name = path.name
+    for suffix in (".nii.gz", ".nii"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def plan_jobs(inputs: Path, out: Path) -> list[CaseJob]:
+    """Input file -> one job (OUT a .nii/.nii.gz file or a directory); input directory -> every
+    NIfTI in it (hidden and macOS ``._`` files skipped), written as OUT/<same name>.
+
+    Raises:
+        InferenceError: missing input or nothing to predict.
+    """
+    if inputs.is_file():
+        if not _is_nifti(inputs):
+            raise InferenceError(f"{inputs}: expected a .nii or .nii.gz image")
+        target = out if out.name.endswith((".nii.gz", ".nii")) else out / f"{case_id_of(inputs)}.nii.gz"
+        return [CaseJob(case_id_of(inputs), inputs, target)]
+    if inputs.is_dir():
+        files = sorted(p for p in inputs.iterdir() if p.is_file() and _is_nifti(p))
+        if not files:
+            raise InferenceError(f"{inputs}: no .nii/.nii.gz images in this directory")
+        if out.name.endswith((".nii.gz", ".nii")):
+            raise InferenceError(f"--out {out}: must be a directory when predicting the directory {inputs}")
+        return [CaseJob(case_id_of(p), p, out / f"{case_id_of(p)}.nii.gz") for p in files]
+    raise InferenceError(f"{inputs}: no such file or directory")
+
+
+class _LocalPredictor:
+    """Builds the model once and predicts cases one after another (also the Ray actor's body)."""
+
+    def __init__(self, model_dir: str, options: PredictOptions, threads: int | None) -> None:
+        from distmis.training import configure_tensorflow
+
+        configure_tensorflow(threads)
+        self.record = read_model_record(model_dir)
+        self.options = options
+        self.predict = make_predict_fn(build_model(self.record))
+
+    def run(self, job: CaseJob, progress: Callable[[int, int], None] | None = None) -> CaseOutcome:
+        return predict_case(job, self.record, self.predict, self.options, progress)
+
+
+def predict_cases(
+    model_dir: str | Path,
+    jobs: list[CaseJob],
+    options: PredictOptions,
+    *,
+    workers: int | None = None,
+    address: str | None = None,
+    cpus_per_worker: float = 1.0,
+    gpus_per_worker: float = 0.0,
+    on_done: Callable[[CaseOutcome, int, int], None] | None = None,
+) -> list[CaseOutcome]:
+    """Predict every job; returns one outcome per job, in job order.
+
+    Without a Ray cluster (no ``address``/``RAY_ADDRESS``) and ``workers`` <= 1 the cases run
+    in this process. Otherwise each of ``workers`` Ray actors (``cpus_per_worker`` CPUs and
+    ``gpus_per_worker`` GPUs each) loads the model once and takes cases from a shared queue.
+    """
+    record = read_model_record(model_dir)  # fail once, before any case, for a bad model directory
+    options.check()
+    options.resolved_patch(record)
+    use_ray = bool(address or os.environ.get("RAY_ADDRESS")) or (workers or 1) > 1
+    if not use_ray:
+        predictor = _LocalPredictor(str(model_dir), options, None)
+        outcomes = []
+        for i, job in enumerate(jobs):
+            outcomes.append(predictor.run(job))
+            if on_done:
+                on_done(outcomes[-1], i + 1, len(jobs))
+        return outcomes
+    return _predict_on_ray(model_dir, jobs, options, workers, address, cpus_per_worker, gpus_per_worker, on_done)
+
+
+def _predict_on_ray(
+    model_dir: str | Path,
+    jobs: list[CaseJob],
+    options: PredictOptions,
+    workers: int | None,
+    address: str | None,
+    cpus_per_worker: float,
+    gpus_per_worker: float,
+    on_done: Callable[[CaseOutcome, int, int], None] | None,
+) -> list[CaseOutcome]:
+    from distmis.tuning._ray import init_ray
+
+    started_here = not (address or os.environ.get("RAY_ADDRESS"))
+    local_cpus = math.ceil(workers * cpus_per_worker) if (started_here and workers) else None
+    resources = init_ray(address, num_cpus=local_cpus)
+    import ray
+    from ray.util import ActorPool
+
+    if workers is None:
+        gpus = resources.get("GPU", 0.0)
+        capacity = int(gpus // gpus_per_worker) if gpus_per_worker else int(resources.get("CPU", 1) // cpus_per_worker)
+        workers = max(1, capacity)
+    workers = max(1, min(workers, len(jobs)))
+    threads = max(1, int(cpus_per_worker))
+    actor_cls = ray.remote(num_cpus=cpus_per_worker, num_gpus=gpus_per_worker)(_LocalPredictor)
+    actors = [actor_cls.remote(str(Path(model_dir).resolve()), options, threads) for _ in range(workers)]
+    pool = ActorPool(actors)
+    by_id: dict[int, CaseOutcome] = {}
+    # resolve paths: the actors may run elsewhere on a shared filesystem
+    resolved = [CaseJob(j.case_id, j.image.resolve(), j.out.resolve()) for j in jobs]
+    results: Iterable = pool.map_unordered(lambda a, ij: a.run.remote(ij[1]), list(enumerate(resolved)))
+    for n, outcome in enumerate(results, start=1):
+        index = next(i for i, j in enumerate(resolved) if j.case_id == outcome.case_id and i not in by_id)
+        by_id[index] = outcome
+        if on_done:
+            on_done(outcome, n, len(jobs))
+    for actor in actors:
+        ray.kill(actor)
+    if started_here:
+        ray.shutdown()
+    return [by_id[i] for i in range(len(jobs))]

@@ -1,0 +1,173 @@
+"""``distmis predict`` / ``evaluate`` on a real trained model, real NIfTI files and real MLflow."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+import pytest
+
+from distmis.cli import main
+from distmis.config import ExperimentConfig
+from distmis.data._synth import synth_case
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def model16(prepared16: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A U-Net trained for a few epochs on 16^3 patches (no normalisation layer: its output depends on the cube only through the receptive field)."""
+    from distmis.training import fit
+
+    config = ExperimentConfig.model_validate({
+        "name": "m",
+        "data": {"source": str(prepared16)},
+        "train": {"epochs": 12, "batch_size_per_replica": 2, "threads": 2, "augment": {"flip": False, "intensity": 0.0}},
+        "model": {"depth": 3, "filters": 8, "norm": "none"},
+        "optimizer": {"lr": 0.01},
+    })
+    run = tmp_path_factory.mktemp("model") / "run"
+    fit(config, prepared16, run)
+    return run / "best"
+
+
+def _write_case(path: Path, shape: tuple[int, int, int], *, channels: int = 4, seed: int = 0,
+                affine: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    image, label = synth_case(shape, channels, np.random.default_rng(seed))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nib.save(nib.Nifti1Image(image, np.eye(4) if affine is None else affine), str(path))
+    return image, label
+
+
+def _oblique_affine() -> np.ndarray:
+    theta = np.deg2rad(20)
+    rot = np.array([[np.cos(theta), -np.sin(theta), 0], [np.sin(theta), np.cos(theta), 0], [0, 0, 1]])
+    affine = np.eye(4)
+    affine[:3, :3] = rot @ np.diag([1.5, 1.0, 2.0])
+    affine[:3, 3] = [-40.0, 12.5, 7.0]
+    return affine
+
+
+def test_sliding_window_equals_whole_volume_prediction(model16: Path) -> None:
+    from distmis.data import zscore_nonzero
+    from distmis.inference import PredictOptions, build_model, make_predict_fn, predict_probabilities, read_model_record
+
+    record = read_model_record(model16)
+    predict = make_predict_fn(build_model(record))
+    image, _ = synth_case((16, 16, 16), 4, np.random.default_rng(5))
+    direct = predict(zscore_nonzero(image)[None])[0]
+    # the volume fits one cube: exactly the direct prediction
+    windowed = predict_probabilities(image, record, predict, PredictOptions(patch=(16, 16, 16)))
+    np.testing.assert_allclose(windowed, direct, atol=1e-5)
+    # a volume larger than the cube: overlapping cubes blended vs the whole volume in one pass; only the
+    # zero padding at cube borders differs, which Gaussian blending down-weights
+    big, _ = synth_case((32, 32, 32), 4, np.random.default_rng(6))
+    direct = predict(zscore_nonzero(big)[None])[0]
+    windowed = predict_probabilities(big, record, predict, PredictOptions(patch=(24, 24, 24), overlap=0.5))
+    assert float(np.abs(windowed - direct).mean()) < 0.005  # measured 0.0008
+    assert float(np.mean((windowed > 0.5) == (direct > 0.5))) > 0.995  # measured 0.99997
+
+
+def test_predict_keeps_source_geometry_for_a_volume_larger_than_the_patch(model16: Path, tmp_path: Path) -> None:
+    src = tmp_path / "in" / "case_oblique.nii.gz"
+    _write_case(src, (36, 28, 20), affine=_oblique_affine())  # larger than the 16^3 training patch, uneven
+    out = tmp_path / "pred.nii.gz"
+    assert main(["predict", str(model16), str(src), "--out", str(out), "--overlap", "0.25", "--batch", "3"]) == 0
+    pred, source = nib.load(str(out)), nib.load(str(src))
+    assert pred.shape == (36, 28, 20)
+    np.testing.assert_allclose(pred.affine, source.affine, atol=1e-5)
+    assert pred.header.get_zooms()[:3] == pytest.approx(source.header.get_zooms()[:3])
+    assert pred.get_data_dtype() == np.uint8
+    assert set(np.unique(np.asarray(pred.dataobj))) <= {0, 1}
+
+
+def test_resampling_model_predicts_back_in_source_geometry(model16: Path, tmp_path: Path) -> None:
+    """A model trained on resampled volumes: the scan is resampled to the recorded shape and the
+    probabilities back to the scan's grid."""
+    model = tmp_path / "resample-model"
+    shutil.copytree(model16, model)
+    record = json.loads((model / "preprocessing.json").read_text())
+    record.update(resize="resample", shape=[16, 16, 16])
+    (model / "preprocessing.json").write_text(json.dumps(record))
+    src = tmp_path / "big.nii.gz"
+    _, label = _write_case(src, (40, 40, 24), seed=2)
+    out = tmp_path / "pred.nii.gz"
+    assert main(["predict", str(model), str(src), "--out", str(out)]) == 0
+    pred = np.asarray(nib.load(str(out)).dataobj)
+    assert pred.shape == (40, 40, 24)
+    assert pred.any() and not pred.all()
+
+
+def test_bad_inputs_fail_per_case_and_exit_nonzero(model16: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    inputs = tmp_path / "imagesTs"
+    _write_case(inputs / "good.nii.gz", (16, 16, 16))
+    _write_case(inputs / "two_modalities.nii.gz", (16, 16, 16), channels=2)
+    _write_case(inputs / "corrupt.nii.gz", (16, 16, 16), seed=1)
+    data = (inputs / "corrupt.nii.gz").read_bytes()
+    (inputs / "corrupt.nii.gz").write_bytes(data[: len(data) // 2])  # truncated gzip stream
+    (inputs / "._good.nii.gz").write_bytes(b"\x00\x05\x16\x07")  # macOS AppleDouble file: skipped
+    out = tmp_path / "preds"
+    assert main(["predict", str(model16), str(inputs), "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "2 case(s) failed" in err
+    assert "two_modalities" in err and "expected 4 modalities" in err
+    assert "corrupt" in err and "cannot read NIfTI" in err
+    assert sorted(p.name for p in out.iterdir()) == ["good.nii.gz"]  # nothing (not even partial files) for the rest
+
+    no_record = tmp_path / "no-record"
+    shutil.copytree(model16, no_record)
+    (no_record / "preprocessing.json").unlink()
+    assert main(["predict", str(no_record), str(inputs / "good.nii.gz"), "--out", str(tmp_path / "x.nii.gz")]) == 2
+    assert "missing preprocessing.json" in capsys.readouterr().err
+    assert not (tmp_path / "x.nii.gz").exists()
+    assert gzip  # (imported for readers: the corruption above is a truncated gzip member)
+
+
+def test_evaluate_scores_the_test_split_and_logs_to_the_search_run(
+    model16: Path, prepared16: Path, tmp_path: Path
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    # a tracked search directory as distmis tune leaves it: <search>/best and <search>/mlflow.json
+    search = tmp_path / "search"
+    shutil.copytree(model16, search / "best")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    experiment_id = client.create_experiment("evaltest", artifact_location=(tmp_path / "artifacts").as_uri())
+    parent = client.create_run(experiment_id, run_name="search").info.run_id
+    (search / "mlflow.json").write_text(json.dumps({"tracking_uri": uri, "experiment": "evaltest",
+                                                     "experiment_id": experiment_id, "parent_run_id": parent,
+                                                     "trials": {}}))
+    assert main(["evaluate", str(search / "best"), str(prepared16), "--split", "test"]) == 0
+    out = search / "evaluate-test"
+    rows = (out / "metrics.csv").read_text().splitlines()
+    test_ids = json.loads((prepared16 / "info.json").read_text())["splits"]["test"]["cases"]
+    assert [r.split(",")[0] for r in rows[1:]] == test_ids
+    assert rows[0].startswith("case_id,dice,iou,hd95_mm,sensitivity,specificity")
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["scored"] == len(test_ids) and not summary["failed"]
+    assert summary["metrics"]["dice"]["mean"] > 0.5, summary["metrics"]  # a trained model, not noise
+    assert (out / "cases.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in (out / "predictions").iterdir()) == [f"{i}.nii.gz" for i in test_ids]
+
+    runs = client.search_runs([experiment_id], f"tags.mlflow.parentRunId = '{parent}'")
+    assert len(runs) == 1 and runs[0].info.run_name == "evaluate-test"
+    assert runs[0].data.metrics["dice_mean"] == pytest.approx(summary["metrics"]["dice"]["mean"])
+    assert {a.path for a in client.list_artifacts(runs[0].info.run_id)} >= {"metrics.csv", "summary.json", "cases.png"}
+    # a second evaluation into the same directory is refused, nothing changed
+    assert main(["evaluate", str(search / "best"), str(prepared16), "--split", "test"]) == 2
+
+
+def test_many_cases_run_as_ray_actors(model16: Path, msd16: Path, tmp_path: Path) -> None:
+    from distmis.inference import PredictOptions, plan_jobs, predict_cases
+
+    jobs = plan_jobs(msd16 / "imagesTr", tmp_path / "preds")
+    outcomes = predict_cases(model16, jobs, PredictOptions(), workers=2)
+    assert all(o.ok for o in outcomes), [o.error for o in outcomes if not o.ok]
+    assert [o.case_id for o in outcomes] == [j.case_id for j in jobs]
+    assert len({o.worker for o in outcomes}) == 2  # two actors shared the cases
+    assert len(list((tmp_path / "preds").glob("*.nii.gz"))) == len(jobs) == 12
