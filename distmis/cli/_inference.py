@@ -20,6 +20,9 @@ def add_window_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--workers", type=int, default=None,
                    help="cases predicted at once, one Ray actor each (default: 1 without a cluster, "
                         "every GPU / CPU of the cluster with --address or RAY_ADDRESS)")
+    r.add_argument("--cpus-per-worker", type=float, default=1.0, help="CPUs per Ray actor (default 1)")
+    r.add_argument("--gpus-per-worker", type=float, default=None,
+                   help="GPUs per Ray actor (default: 1 when the cluster has GPUs, else 0)")
     r.add_argument("--address", default=None, help="Ray cluster address (default: $RAY_ADDRESS, else no Ray)")
 
 

@@ -44,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
     with progress("predicting") as update:
         result = evaluate(
             args.model, data, split=args.split, out=args.out, options=window_options(args),
-            workers=args.workers, address=args.address, overwrite=args.overwrite, track=not args.no_track,
+            workers=args.workers, address=args.address, cpus_per_worker=args.cpus_per_worker,
+            gpus_per_worker=args.gpus_per_worker, overwrite=args.overwrite, track=not args.no_track,
             on_done=lambda outcome, n, total: update(n, total),
         )
     table = Table(title=f"{args.split}: {result.summary['scored']} of {result.summary['cases']} case(s) scored")

@@ -37,7 +37,8 @@ def run(args: argparse.Namespace) -> int:
                 print(f"  {outcome.case_id}: {'x'.join(map(str, outcome.shape[:3]))}, {outcome.cubes} cubes, "
                       f"{outcome.seconds:.1f} s -> {outcome.out}")
 
-        outcomes = predict_cases(args.model, jobs, options, workers=args.workers, address=args.address, on_done=done)
+        outcomes = predict_cases(args.model, jobs, options, workers=args.workers, address=args.address,
+                                 cpus_per_worker=args.cpus_per_worker, gpus_per_worker=args.gpus_per_worker, on_done=done)
     ok = sum(o.ok for o in outcomes)
     print(f"{ok} of {len(outcomes)} case(s) written")
     return report_failures([o for o in outcomes if not o.ok], "segmentations")

@@ -159,6 +159,8 @@ def evaluate(
     options: PredictOptions = PredictOptions(),
     workers: int | None = None,
     address: str | None = None,
+    cpus_per_worker: float = 1.0,
+    gpus_per_worker: float | None = None,
     overwrite: bool = False,
     track: bool = True,
     on_done: Any = None,
@@ -176,7 +178,8 @@ def evaluate(
         raise InferenceError(f"{out}: already exists; pass --overwrite or choose another --out")
     with atomic_directory(out, overwrite=overwrite) as tmp:
         jobs = [CaseJob(c.case_id, c.image, tmp / "predictions" / f"{c.case_id}.nii.gz") for c in cases]
-        outcomes = predict_cases(model_dir, jobs, options, workers=workers, address=address, on_done=on_done)
+        outcomes = predict_cases(model_dir, jobs, options, workers=workers, address=address,
+                                 cpus_per_worker=cpus_per_worker, gpus_per_worker=gpus_per_worker, on_done=on_done)
         rows: list[dict[str, Any]] = []
         failed = [o for o in outcomes if not o.ok]
         scored: list[tuple[MsdCase, Path]] = []

@@ -219,14 +219,15 @@ def predict_cases(
     workers: int | None = None,
     address: str | None = None,
     cpus_per_worker: float = 1.0,
-    gpus_per_worker: float = 0.0,
+    gpus_per_worker: float | None = None,
     on_done: Callable[[CaseOutcome, int, int], None] | None = None,
 ) -> list[CaseOutcome]:
     """Predict every job; returns one outcome per job, in job order.
 
     Without a Ray cluster (no ``address``/``RAY_ADDRESS``) and ``workers`` <= 1 the cases run
     in this process. Otherwise each of ``workers`` Ray actors (``cpus_per_worker`` CPUs and
-    ``gpus_per_worker`` GPUs each) loads the model once and takes cases from a shared queue.
+    ``gpus_per_worker`` GPUs each; default one GPU when the cluster has GPUs) loads the model
+    once and takes cases from a shared queue.
     """
     record = read_model_record(model_dir)  # fail once, before any case, for a bad model directory
     options.check()
@@ -250,7 +251,7 @@ def _predict_on_ray(
     workers: int | None,
     address: str | None,
     cpus_per_worker: float,
-    gpus_per_worker: float,
+    gpus_per_worker: float | None,
     on_done: Callable[[CaseOutcome, int, int], None] | None,
 ) -> list[CaseOutcome]:
     from distmis.tuning._ray import init_ray
@@ -261,8 +262,10 @@ def _predict_on_ray(
     import ray
     from ray.util import ActorPool
 
+    gpus = resources.get("GPU", 0.0)
+    if gpus_per_worker is None:
+        gpus_per_worker = 1.0 if gpus >= 1 else 0.0
     if workers is None:
-        gpus = resources.get("GPU", 0.0)
         capacity = int(gpus // gpus_per_worker) if gpus_per_worker else int(resources.get("CPU", 1) // cpus_per_worker)
         workers = max(1, capacity)
     workers = max(1, min(workers, len(jobs)))
