@@ -139,7 +139,11 @@ METRICS = ("val_dice", "val_loss", "val_iou", "dice", "loss")
 
 
 class SearchConfig(_Section):
-    algorithm: Literal["optuna", "random", "grid"] = "optuna"
+    """``points`` runs exactly the listed configurations (``{param: value}`` per trial), in
+    order: ``distmis compare`` uses it so that every parallelism mode trains the same ones."""
+
+    algorithm: Literal["optuna", "random", "grid", "points"] = "optuna"
+    points: list[dict[str, Any]] | None = None
     metric: str = "val_dice"
     mode: Literal["max", "min"] = "max"
     num_samples: int = Field(8, ge=1)
@@ -212,6 +216,7 @@ class TrackingConfig(_Section):
 
     uri: str | None = None
     experiment: str | None = None
+    parent_run_id: str | None = None  # nest the search's run under this one (distmis compare)
     final_flush_seconds: float = Field(30.0, ge=0)
 
 
@@ -236,6 +241,20 @@ class ExperimentConfig(_Section):
                 raise ValueError(
                     f"{label} must be divisible by 2**(model.depth-1)={factor} in every axis, got {list(shape)}"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _points_match_space(self) -> "ExperimentConfig":
+        s = self.search
+        if s.algorithm == "points" and self.space:  # (a trial's own config has no space left to check)
+            if not s.points:
+                raise ValueError("search.points: algorithm 'points' needs a non-empty list of configurations")
+            for i, point in enumerate(s.points):
+                unknown = sorted(set(point) - set(self.space))
+                if unknown:
+                    raise ValueError(f"search.points[{i}]: {unknown} are not parameters of space {sorted(self.space)}")
+        elif s.points is not None and s.algorithm != "points":
+            raise ValueError(f"search.points is only used with algorithm 'points', not {s.algorithm!r}")
         return self
 
     def to_yaml_dict(self) -> dict[str, Any]:

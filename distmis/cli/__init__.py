@@ -22,6 +22,7 @@ COMMANDS = {
     "visualize": "draw a prepared case (channels + label overlay) as PNG or GIF",
     "train": "train one configuration (no search)",
     "tune": "run a hyperparameter search from a search-space YAML",
+    "compare": "experiment vs data vs hybrid parallelism: same configurations, same resources, side by side",
     "predict": "segment raw NIfTI scans with a trained model (sliding window, source geometry out)",
     "evaluate": "score a model on held-out raw cases: Dice, IoU, HD95 (mm), sensitivity, specificity",
     "validate": "check a configuration / search-space file without running it",

@@ -176,6 +176,7 @@ def make_dataset(
         raise DataError(f"split {split!r} has {n_cases} cases, fewer than the {num_shards} workers reading it")
 
     ds = tf.data.TFRecordDataset(files, num_parallel_reads=min(len(files), tf.data.AUTOTUNE if len(files) > 1 else 1))
+    first_case = ds.take(1)  # of the whole split: the padding template even for a worker with no case of its own
     # Sharding by record (not by file) works for any shard count, and records are read in a
     # deterministic order, so the shards are disjoint and together cover the split.
     ds = ds.shard(num_shards, shard_index)
@@ -211,7 +212,9 @@ def make_dataset(
     else:
         ds = ds.map(lambda i, l: (i, l, tf.constant(1.0)))
         if pad_to_batches is not None:
-            filler = ds.take(1).map(lambda i, l, w: (i, l, tf.constant(0.0))).repeat()
+            # zero-weight copies of a real case (so shapes and dtypes match); taken from the whole
+            # split, because with more workers than cases a worker's own shard can be empty
+            filler = (first_case.map(_parse_fn(manifest)).map(lambda i, l: (i, l, tf.constant(0.0))).repeat())
             ds = ds.concatenate(filler).take(pad_to_batches * batch_size)
         ds = ds.batch(batch_size, drop_remainder=pad_to_batches is not None)
     ds = ds.prefetch(tf.data.AUTOTUNE)

@@ -46,7 +46,9 @@ class MlflowTrialCallback(Callback):
         return tags
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        searched = {k: str(v) for k, v in (trial.config or {}).items()}
+        from distmis.tuning._keys import sampled_params
+
+        searched = sampled_params(trial.config or {})  # grid / fixed points: the point's names, not "grid_point"
         self.tracker.trial_started(trial.trial_id, trial.trial_id, self._params(trial),
                                    {**self._tags(), "distmis.searched": ", ".join(sorted(searched))})
 
@@ -59,9 +61,14 @@ class MlflowTrialCallback(Callback):
 
     def _finish(self, trial: Any, status: str) -> None:
         epochs = int((trial.last_result or {}).get("epoch", 0))
+        last = trial.last_result or {}
         tags = {"distmis.status": "ERROR" if status == "FAILED" else "TERMINATED",
                 "distmis.epochs": str(epochs),
                 "distmis.stopped_early": str(status != "FAILED" and epochs < self.epochs).lower()}
+        # measured trial interval (Unix seconds): timelines and time-to-target from MLflow alone
+        for key, tag in (("trial_started_at", "distmis.started_at"), ("trial_reported_at", "distmis.finished_at")):
+            if last.get(key):
+                tags[tag] = repr(float(last[key]))
         best = Path(self.tracker.out) / "trials" / trial.trial_id / "best"
         self.tracker.trial_finished(trial.trial_id, status=status, tags=tags, best_dir=best)
 

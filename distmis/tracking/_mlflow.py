@@ -29,7 +29,8 @@ from distmis.exceptions import TrackingError
 
 STATE_FILE = "mlflow.json"
 PENDING_FILE = "mlflow_pending.json"
-EPOCH_METRICS = ("loss", "dice", "val_loss", "val_dice", "val_iou", "lr", "epoch_seconds", "samples_per_second")
+EPOCH_METRICS = ("loss", "dice", "val_loss", "val_dice", "val_iou", "lr", "epoch_seconds", "train_seconds",
+                 "samples_per_second")
 
 _log = logging.getLogger(__name__)
 

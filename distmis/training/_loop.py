@@ -47,6 +47,8 @@ class EpochMetrics:
     epoch_seconds: float
     train_seconds: float
     samples_per_second: float
+    # wall-clock time (Unix seconds) at the end of the epoch: time-to-target and timelines
+    finished_at: float = 0.0
 
     def as_dict(self) -> dict[str, float]:
         return dict(self.__dict__)
@@ -248,6 +250,7 @@ class Trainer:
             epoch_seconds=time.perf_counter() - start,
             train_seconds=train_seconds,
             samples_per_second=self.steps_per_epoch * self.global_batch / max(train_seconds, 1e-9),
+            finished_at=time.time(),
             **val,
         )
 

@@ -59,7 +59,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
             session.restore(d)
     elif own.is_file():  # the trial's own last checkpoint (shared filesystem), e.g. after a driver restart
         session.restore(own.parent)
-    started = time.time()
+    # the trial's start is its driver's (worker-group start-up is part of what data parallelism costs)
+    started = float(config.get("trial_started") or time.time())
     from ray.train import Checkpoint
 
     while not session.done:
@@ -77,12 +78,14 @@ def data_parallel_trial(config: dict[str, Any], context: Any) -> None:
     from ray.train.tensorflow import TensorflowTrainer
     from ray.tune.integration.ray_train import TuneReportCallback
 
+    trial_started = time.time()
     trial_id = tune.get_context().get_trial_id()
     par = context.base_config["parallelism"]
     run_dir = Path(context.trials_dir) / trial_id
     trainer = TensorflowTrainer(
         train_loop_per_worker,
-        train_loop_config={"params": sampled_params(config), "context": asdict(context), "run_dir": str(run_dir)},
+        train_loop_config={"params": sampled_params(config), "context": asdict(context), "run_dir": str(run_dir),
+                           "trial_started": trial_started},
         scaling_config=ScalingConfig(
             num_workers=int(par["workers_per_trial"]),
             use_gpu=float(par["gpus_per_worker"]) > 0,

@@ -55,6 +55,7 @@ class SearchSummary:
     best_trial_id: str | None = None
     best_value: float | None = None
     best_params: dict[str, Any] = field(default_factory=dict)
+    started_at: float | None = None  # Unix time the search command started (resume: the resumed one)
 
     @property
     def ok(self) -> bool:
@@ -143,7 +144,8 @@ def _csv(rows: list[TrialRow], metric_names: list[str]) -> str:
     return buf.getvalue()
 
 
-def summarise(config: ExperimentConfig, grid: "ResultGrid", out: Path, *, wall_seconds: float, prepared: Path) -> SearchSummary:
+def summarise(config: ExperimentConfig, grid: "ResultGrid", out: Path, *, wall_seconds: float, prepared: Path,
+              started_at: float | None = None) -> SearchSummary:
     """Write results.csv, best.yaml, best/ and summary.json for a finished search."""
     rows = _rows(grid, config)
     metric, mode = config.search.metric, config.search.mode
@@ -175,6 +177,7 @@ def summarise(config: ExperimentConfig, grid: "ResultGrid", out: Path, *, wall_s
         best_trial_id=best.trial_id if best else None,
         best_value=best.best[metric] if best else None,
         best_params=best.params if best else {},
+        started_at=started_at,
     )
     write_json_atomic(out / "summary.json", {**asdict(summary), "prepared": str(prepared),
                                              "trials_detail": [asdict(r) for r in rows]})

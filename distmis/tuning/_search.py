@@ -97,6 +97,8 @@ def _searcher(config: ExperimentConfig, out: Path):  # noqa: ANN202
     from ray.tune.search.optuna import OptunaSearch
 
     s = config.search
+    if s.algorithm == "points":
+        return None, {GRID_KEY: tune.grid_search([dict(p) for p in s.points or []])}, 1
     if s.algorithm == "grid":
         # each grid point (conditions already applied) is one value of a single grid axis
         return None, {GRID_KEY: tune.grid_search(grid_points(config.space))}, 1
@@ -255,7 +257,7 @@ def run_search(
         flush=True,
     )
     grid = tuner.fit()
-    summary = summarise(config, grid, out, wall_seconds=time.time() - start, prepared=prepared)
+    summary = summarise(config, grid, out, wall_seconds=time.time() - start, prepared=prepared, started_at=start)
     _finish_tracking(tracker, config, out, summary)
     summary.print()
     return summary
@@ -283,6 +285,8 @@ def _start_tracking(config: ExperimentConfig, out: Path, tracking_uri: str | Non
         "train.epochs": config.train.epochs, "space": ",".join(config.space),
     }
     tags = {"distmis.out": str(out)}
+    if config.tracking.parent_run_id:
+        tags["mlflow.parentRunId"] = config.tracking.parent_run_id
     if os.environ.get("SLURM_JOB_ID"):
         tags["slurm.job_id"] = os.environ["SLURM_JOB_ID"]
     run_id = tracker.start(params={k: str(v) for k, v in params.items()}, tags=tags,
@@ -304,7 +308,7 @@ def _finish_tracking(tracker: SearchTracker, config: ExperimentConfig, out: Path
     done = tracker.finish(
         metrics={f"best_{summary.metric}": summary.best_value, "trials": summary.trials, "finished": summary.finished,
                  "stopped_early": summary.stopped_early, "failed": summary.failed,
-                 "wall_seconds": summary.wall_seconds, "max_concurrent_trials_observed": summary.max_concurrent_observed},
+                 "wall_seconds": summary.wall_seconds, "started_at": summary.started_at or 0.0, "max_concurrent_trials_observed": summary.max_concurrent_observed},
         tags={"distmis.best_trial_id": summary.best_trial_id or "", "distmis.best_params": json.dumps(summary.best_params)},
         plots=plots,
         files=[f for f in files if f.is_file()],

@@ -123,6 +123,8 @@ def describe_space(config: ExperimentConfig) -> str:
         dist = getattr(spec, spec.kind)
         cond = f"  when {spec.when}" if spec.when else ""
         lines.append(f"  {name:<12} -> {resolve_param_name(name):<22} {spec.kind} {dist}{cond}")
+    if config.search.algorithm == "points":
+        lines.append(f"  fixed configurations: {len(config.search.points or [])}")
     if config.search.algorithm == "grid":
         lines.append(f"  grid size: {len(grid_points(config.space))}")
     return "\n".join(lines)

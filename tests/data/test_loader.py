@@ -77,3 +77,18 @@ def test_evaluation_padding_counts_every_case_once(prepared16: Path) -> None:
         assert len(batches) == steps
         total += sum(float(tf.reduce_sum(w)) for _, _, w in batches)
     assert total == n
+
+
+def test_evaluation_padding_with_more_workers_than_cases(prepared16: Path) -> None:
+    """4 workers, 2 validation cases: two workers own no case and must still run every step
+    (MultiWorkerMirroredStrategy's collectives need the same steps everywhere) on zero weights."""
+    n = load_manifest(prepared16).num_cases("val")
+    assert n == 2
+    steps = eval_batches(n, num_workers=4, batch_size_per_worker=2)
+    total = 0.0
+    for index in range(4):
+        batches = list(make_dataset(prepared16, "val", batch_size=2, training=False, num_shards=4, shard_index=index,
+                                    pad_to_batches=steps))
+        assert len(batches) == steps and all(b[0].shape[0] == 2 for b in batches), index
+        total += sum(float(tf.reduce_sum(w)) for _, _, w in batches)
+    assert total == n
