@@ -171,3 +171,27 @@ def test_many_cases_run_as_ray_actors(model16: Path, msd16: Path, tmp_path: Path
     assert [o.case_id for o in outcomes] == [j.case_id for j in jobs]
     assert len({o.worker for o in outcomes}) == 2  # two actors shared the cases
     assert len(list((tmp_path / "preds").glob("*.nii.gz"))) == len(jobs) == 12
+
+
+def test_multiclass_model_is_scored_per_label(msd16: Path, tmp_path: Path) -> None:
+    """A 4-class model (MSD labels 0..3): per-label columns named after dataset.json, label values out."""
+    from distmis.data import prepare_dataset
+    from distmis.training import fit
+
+    prepared = tmp_path / "prep-multi"
+    prepare_dataset(msd16, prepared, shape=(16, 16, 16), label_mode="multiclass", split=(0.7, 0.15, 0.15), shards=1,
+                    seed=0, workers=1)
+    config = ExperimentConfig.model_validate({
+        "name": "mc", "data": {"source": str(prepared)},
+        "train": {"epochs": 2, "batch_size_per_replica": 2, "threads": 2, "loss": "dice_ce"},
+        "model": {"depth": 3, "filters": 4, "norm": "none"},
+    })
+    fit(config, prepared, tmp_path / "run")
+    out = tmp_path / "eval"
+    assert main(["evaluate", str(tmp_path / "run" / "best"), str(prepared), "--split", "test", "--out", str(out),
+                 "--no-track"]) == 0
+    header = (out / "metrics.csv").read_text().splitlines()[0].split(",")
+    for label in ("edema", "non-enhancing_tumor", "enhancing_tumour"):
+        assert f"dice_{label}" in header and f"hd95_mm_{label}" in header
+    pred = np.asarray(nib.load(str(next((out / "predictions").iterdir()))).dataobj)
+    assert set(np.unique(pred)) <= {0, 1, 2, 3}
