@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
             update(n, total)
             if outcome.ok:
                 print(f"  {outcome.case_id}: {'x'.join(map(str, outcome.shape[:3]))}, {outcome.cubes} cubes, "
-                      f"{outcome.seconds:.1f} s -> {outcome.out}")
+                      f"{outcome.seconds:.1f} s -> {outcome.out}  [{outcome.worker}]")
 
         outcomes = predict_cases(args.model, jobs, options, workers=args.workers, address=args.address,
                                  cpus_per_worker=args.cpus_per_worker, gpus_per_worker=args.gpus_per_worker, on_done=done)

@@ -256,10 +256,12 @@ def _predict_on_ray(
 ) -> list[CaseOutcome]:
     from distmis.tuning._ray import init_ray
 
+    import ray
+
     started_here = not (address or os.environ.get("RAY_ADDRESS"))
+    connected_here = not ray.is_initialized()  # leave a caller's own Ray session alone
     local_cpus = math.ceil(workers * cpus_per_worker) if (started_here and workers) else None
     resources = init_ray(address, num_cpus=local_cpus)
-    import ray
     from ray.util import ActorPool
 
     gpus = resources.get("GPU", 0.0)
@@ -284,6 +286,6 @@ def _predict_on_ray(
             on_done(outcome, n, len(jobs))
     for actor in actors:
         ray.kill(actor)
-    if started_here:
+    if connected_here:
         ray.shutdown()
     return [by_id[i] for i in range(len(jobs))]

@@ -195,3 +195,27 @@ def test_multiclass_model_is_scored_per_label(msd16: Path, tmp_path: Path) -> No
         assert f"dice_{label}" in header and f"hd95_mm_{label}" in header
     pred = np.asarray(nib.load(str(next((out / "predictions").iterdir()))).dataobj)
     assert set(np.unique(pred)) <= {0, 1, 2, 3}
+
+
+def test_predict_on_an_existing_ray_cluster(model16: Path, msd16: Path, tmp_path: Path) -> None:
+    """`--address` of a real `ray start --head` (2 CPUs): one actor per CPU by default, cases shared."""
+    import re
+    import subprocess
+    import sys
+
+    from raycluster import RayHead
+
+    head = RayHead(tmp_path / "ray", host="127.0.0.11", num_cpus=2)
+    try:
+        out = tmp_path / "preds"
+        result = subprocess.run(
+            [sys.executable, "-m", "distmis", "predict", str(model16), str(msd16 / "imagesTr"), "--out", str(out),
+             "--address", head.address],
+            env=head.env, capture_output=True, text=True, timeout=300,
+        )
+    finally:
+        head.stop()
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert len(list(out.glob("*.nii.gz"))) == 12
+    workers = set(re.findall(r"\[([^\]]+:\d+)\]$", result.stdout, flags=re.M))
+    assert len(workers) == 2, result.stdout  # both of the cluster's CPUs predicted cases
