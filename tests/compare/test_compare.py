@@ -139,3 +139,19 @@ def test_notebook_draws_the_figures_from_mlflow(comparison: Path, tmp_path: Path
         # the notebook's figures come from MLflow; they must agree with the files
         assert f"{mode:<10} best {s['best_value']:.4f} (files: {s['best_value']:.4f})" in text, text
     assert os.environ["DISTMIS_COMPARE_RUN"] == info["run_id"]
+
+
+def test_existing_comparison_is_refused_and_resume_reuses_finished_modes(
+    comparison: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plan = json.loads((comparison / "compare.json").read_text())
+    space = Path(plan["space_file"])
+    assert main(["compare", str(space), "--workers", "4", "--cpus-per-worker", "0.5", "--out", str(comparison)]) == 2
+    assert "pass --resume" in capsys.readouterr().err
+    before = {m: (comparison / m / "summary.json").stat().st_mtime for m in MODES}
+    assert main(["compare", str(space), "--resume", "--out", str(comparison)]) == 0
+    out = capsys.readouterr().out
+    assert "== experiment" not in out  # finished modes are not run again
+    assert {m: (comparison / m / "summary.json").stat().st_mtime for m in MODES} == before
+    assert json.loads((comparison / "compare.json").read_text())["mlflow"]["run_id"] == plan["mlflow"]["run_id"]
+    assert sorted(m["mode"] for m in json.loads((comparison / "comparison.json").read_text())["modes"]) == sorted(MODES)
