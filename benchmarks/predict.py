@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -59,11 +60,9 @@ print(json.dumps({"size": size, "batch": batch, "cubes": cubes[-1], "seconds": s
 
 def write_model(directory: Path, patch: int) -> None:
     """A model directory as training writes it, with the quickstart architecture."""
-    os_env = {"TF_CPP_MIN_LOG_LEVEL": "2"}
     code = r"""
 import json, sys
 from pathlib import Path
-import yaml
 from distmis.config import ExperimentConfig, dump_config
 from distmis.model import build_unet
 from distmis.training import save_arrays
@@ -78,9 +77,8 @@ save_arrays(out / "weights.npz", {f"model/{i:04d}": v.numpy() for i, v in enumer
     "labels": {"0": "background", "1": "tumour"}, "label_mode": "binary", "num_classes": 1,
     "normalisation": "zscore_nonzero_per_channel", "resize": "crop_pad", "shape": [patch] * 3}))
 """
-    import os
-
-    subprocess.run([sys.executable, "-c", code, str(directory), str(patch)], check=True, env={**os.environ, **os_env})
+    subprocess.run([sys.executable, "-c", code, str(directory), str(patch)], check=True,
+                   env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
 
 
 def run(model: Path, size: int, patch: int, overlap: float, batch: int) -> dict:

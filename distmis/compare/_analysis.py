@@ -18,9 +18,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from distmis.compare._plan import BASELINE
 from distmis.compare._records import ModeRecord, TrialRecord
-
-BASELINE = "baseline"
 
 
 @dataclass

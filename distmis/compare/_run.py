@@ -91,16 +91,14 @@ class _CompareTracking:
     def __init__(self, uri: str, experiment: str) -> None:
         from mlflow.tracking import MlflowClient
 
-        from distmis.tracking._mlflow import _artifact_root
+        from distmis.tracking._mlflow import experiment_id
 
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
         self.uri, self.experiment = uri, experiment
         self.client = MlflowClient(tracking_uri=uri)
         try:
-            exp = self.client.get_experiment_by_name(experiment)
-            self.experiment_id = exp.experiment_id if exp else self.client.create_experiment(
-                experiment, artifact_location=_artifact_root(uri, experiment))
+            self.experiment_id = experiment_id(self.client, uri, experiment)
         except Exception as exc:  # noqa: BLE001
             raise TrackingError(f"MLflow tracking store {uri} is unreachable or unusable: {type(exc).__name__}: "
                                 f"{str(exc).splitlines()[0][:300]}") from None

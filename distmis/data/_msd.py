@@ -39,7 +39,8 @@ class MsdDataset:
         return len(self.modalities)
 
 
-def _case_id(path: str) -> str:
+def case_id_of(path: str | Path) -> str:
+    """``imagesTr/BRATS_001.nii.gz`` -> ``BRATS_001`` (the MSD case id of an image or label path)."""
     name = Path(path).name
     for suffix in (".nii.gz", ".nii"):
         if name.endswith(suffix):
@@ -80,8 +81,8 @@ def read_dataset_json(root: str | Path) -> MsdDataset:
     for i, entry in enumerate(meta["training"]):
         if not isinstance(entry, dict) or "image" not in entry or "label" not in entry:
             raise DataError(f"{path}: training[{i}] must be an object with 'image' and 'label'")
-        training.append(MsdCase(_case_id(entry["image"]), root / entry["image"], root / entry["label"]))
-    test = [MsdCase(_case_id(p), root / p, None) for p in meta.get("test", [])]
+        training.append(MsdCase(case_id_of(entry["image"]), root / entry["image"], root / entry["label"]))
+    test = [MsdCase(case_id_of(p), root / p, None) for p in meta.get("test", [])]
     if not training:
         raise DataError(f"{path}: 'training' is empty")
     ids = [c.case_id for c in training]

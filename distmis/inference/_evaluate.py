@@ -83,9 +83,9 @@ def _regions(record: ModelRecord) -> list[tuple[str, int | None]]:
 
 def score_case(record: ModelRecord, case: MsdCase, prediction: Path) -> dict[str, Any]:
     """Metrics of one case; for multi-class models per label, plus their mean under the plain names."""
-    pred, _, _ = load_nifti(prediction, dtype=np.float32)
-    img_header = load_nifti(case.image)[2]
-    spacing = [float(z) for z in img_header.get_zooms()[:3]]  # type: ignore[attr-defined]
+    # the prediction carries the source image's header (write_segmentation), so its zooms are the scan's
+    pred, _, header = load_nifti(prediction, dtype=np.float32)
+    spacing = [float(z) for z in header.get_zooms()[:3]]  # type: ignore[attr-defined]
     assert case.label is not None
     truth = load_case_label(case.label, pred.shape, {int(k): v for k, v in record.preprocessing["labels"].items()})
     row: dict[str, Any] = {"case_id": case.case_id}

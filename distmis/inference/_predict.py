@@ -16,14 +16,14 @@ import math
 import os
 import time
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from distmis.data._msd import load_case_image
+from distmis.data._msd import case_id_of, load_case_image
 from distmis.data._prepare import resample, zscore_nonzero
 from distmis.exceptions import DistmisError, InferenceError
 from distmis.inference._model import ModelRecord, build_model, make_predict_fn, read_model_record
@@ -140,17 +140,18 @@ def predict_case(
     progress: Callable[[int, int], None] | None = None,
 ) -> CaseOutcome:
     """Predict one scan and write its segmentation; errors become the outcome, nothing is written."""
-    from distmis.inference._window import cube_origins
-
     start = time.perf_counter()
     outcome = CaseOutcome(job.case_id, str(job.image), None, worker=f"{os.uname().nodename}:{os.getpid()}")
     try:
         image, affine, header = load_case_image(job.image, record.channels)
         outcome.shape = list(image.shape)
-        probs = predict_probabilities(image, record, predict, options, progress)
-        grid = record.training_shape if record.preprocessing["resize"] == "resample" else image.shape[:3]
-        patch = options.resolved_patch(record)
-        outcome.cubes = len(cube_origins(tuple(max(g, p) for g, p in zip(grid, patch, strict=True)), patch, options.overlap))
+
+        def counted(done: int, total: int) -> None:
+            outcome.cubes = total
+            if progress is not None:
+                progress(done, total)
+
+        probs = predict_probabilities(image, record, predict, options, counted)
         write_segmentation(probabilities_to_labels(probs, options.threshold), affine, header, job.out)
         outcome.out = str(job.out)
     except DistmisError as exc:
@@ -164,14 +165,6 @@ def predict_case(
 # --------------------------------------------------------------------------- many cases
 def _is_nifti(path: Path) -> bool:
     return path.name.endswith((".nii.gz", ".nii")) and not path.name.startswith(".")
-
-
-def case_id_of(path: Path) -> str:
-    name = path.name
-    for suffix in (".nii.gz", ".nii"):
-        if name.endswith(suffix):
-            return name[: -len(suffix)]
-    return name
 
 
 def plan_jobs(inputs: Path, out: Path) -> list[CaseJob]:
@@ -275,17 +268,15 @@ def _predict_on_ray(
     actor_cls = ray.remote(num_cpus=cpus_per_worker, num_gpus=gpus_per_worker)(_LocalPredictor)
     actors = [actor_cls.remote(str(Path(model_dir).resolve()), options, threads) for _ in range(workers)]
     pool = ActorPool(actors)
-    by_id: dict[int, CaseOutcome] = {}
     # resolve paths: the actors may run elsewhere on a shared filesystem
     resolved = [CaseJob(j.case_id, j.image.resolve(), j.out.resolve()) for j in jobs]
-    results: Iterable = pool.map_unordered(lambda a, ij: a.run.remote(ij[1]), list(enumerate(resolved)))
-    for n, outcome in enumerate(results, start=1):
-        index = next(i for i, j in enumerate(resolved) if j.case_id == outcome.case_id and i not in by_id)
-        by_id[index] = outcome
+    by_id: dict[str, CaseOutcome] = {}
+    for n, outcome in enumerate(pool.map_unordered(lambda a, job: a.run.remote(job), resolved), start=1):
+        by_id[outcome.case_id] = outcome
         if on_done:
             on_done(outcome, n, len(jobs))
     for actor in actors:
         ray.kill(actor)
     if connected_here:
         ray.shutdown()
-    return [by_id[i] for i in range(len(jobs))]
+    return [by_id[j.case_id] for j in jobs]

@@ -53,6 +53,12 @@ def _artifact_root(uri: str, experiment: str) -> str | None:
     return None  # a tracking server decides (``--default-artifact-root`` / ``--serve-artifacts``)
 
 
+def experiment_id(client: Any, uri: str, name: str) -> str:
+    """The id of experiment ``name``, created (artifacts beside a local SQLite store) if missing."""
+    exp = client.get_experiment_by_name(name)
+    return exp.experiment_id if exp else client.create_experiment(name, artifact_location=_artifact_root(uri, name))
+
+
 def flatten(prefix: str, value: Any, out: dict[str, str]) -> dict[str, str]:
     """``{"model": {"depth": 3}}`` -> ``{"model.depth": "3"}`` (MLflow params are flat strings)."""
     if isinstance(value, dict):
@@ -202,9 +208,7 @@ class SearchTracker:
             self.client.update_run(self.state["parent_run_id"], status="RUNNING")
             return self.state["parent_run_id"]
         try:
-            exp = self.client.get_experiment_by_name(self.experiment)
-            exp_id = exp.experiment_id if exp else self.client.create_experiment(
-                self.experiment, artifact_location=_artifact_root(self.uri, self.experiment))
+            exp_id = experiment_id(self.client, self.uri, self.experiment)
             parent = self.client.create_run(exp_id, run_name=self.experiment, tags={"distmis.role": "search", **tags})
         except Exception as exc:  # noqa: BLE001 - the store is down, refuses, or the URI is wrong
             raise TrackingError(
