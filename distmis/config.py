@@ -18,6 +18,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from distmis.documents import MAX_YAML_NODES, StrictYamlLoader, expanded_size
 from distmis.exceptions import ConfigError
 
 Vec3 = tuple[int, int, int]
@@ -320,8 +321,7 @@ def _check_space(config: ExperimentConfig) -> list[tuple[tuple[Any, ...], str]]:
 
 
 # --------------------------------------------------------------------------- loading with line numbers
-class _LineLoader(yaml.SafeLoader):
-    """SafeLoader that remembers the line of every mapping key and sequence item."""
+_LineLoader = StrictYamlLoader  # duplicate keys refused; lines come from the composed node graph
 
 
 def _line_map(node: yaml.Node, path: tuple[Any, ...], out: dict[tuple[Any, ...], int]) -> None:
@@ -387,12 +387,25 @@ def load_config(path: str | os.PathLike[str], *, require_space: bool = False) ->
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"{p}: no such configuration file")
-    text = p.read_text(encoding="utf-8")
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p}: not UTF-8 text ({exc.reason} at byte {exc.start}); save the file as UTF-8") from None
     try:
         node = yaml.compose(text, Loader=_LineLoader)
+        size = expanded_size(node)
+        if size > MAX_YAML_NODES:
+            raise ConfigError(f"{p}: expands to more than {MAX_YAML_NODES} YAML nodes (aliases counted at every use); "
+                              "a configuration is a few hundred: refusing what looks like an alias bomb")
         raw = yaml.load(text, Loader=_LineLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{p}:{mark.line + 1}" if mark is not None else str(p)
+        raise ConfigError(f"{where}: not valid YAML: {exc.problem or exc.context}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{p}: not valid YAML: {exc}") from None
+        raise ConfigError(f"{p}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    except RecursionError:
+        raise ConfigError(f"{p}: nested too deeply to be a configuration file") from None
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -419,20 +432,20 @@ def load_config(path: str | os.PathLike[str], *, require_space: bool = False) ->
         if require_space and not config.space:
             problems.append((("space",), "the search space is empty: add at least one parameter to search"))
     if problems:
-        body = "\n".join(
-            f"  {p}:{_nearest_line(lines, loc) or '?'}: {_format_loc(loc)}: {msg}" for loc, msg in problems
-        )
-        raise ConfigError(f"{p}: invalid configuration\n{body}")
+        located = [f"{p}:{_nearest_line(lines, loc) or '?'}: {_format_loc(loc)}: {msg}" for loc, msg in problems]
+        if len(located) == 1:
+            raise ConfigError(located[0])
+        body = "\n".join(f"  {line}" for line in located)
+        raise ConfigError(f"{p}: invalid configuration ({len(located)} problems)\n{body}")
     assert config is not None
     return config
 
 
 def dump_config(config: ExperimentConfig, path: str | os.PathLike[str]) -> None:
     """Write ``config`` as YAML atomically (temp file + rename)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(yaml.safe_dump(config.to_yaml_dict(), sort_keys=False), encoding="utf-8")
-    os.replace(tmp, path)
+    from distmis.files import write_text_atomic
+
+    write_text_atomic(Path(path), yaml.safe_dump(config.to_yaml_dict(), sort_keys=False))
 
 
 __all__ = [

@@ -35,5 +35,9 @@ class TrackingError(DistmisError):
     """The MLflow tracking store cannot be reached or used when a search starts."""
 
 
+class OutputError(DistmisError):
+    """An output path would destroy an input, or replace something distmis did not write."""
+
+
 class InferenceError(DistmisError):
     """A model directory cannot be used for prediction, or a case could not be predicted."""

@@ -21,7 +21,7 @@ def test_cluster_sbatch_renders_a_job_script(capsys: pytest.CaptureFixture[str])
     script = capsys.readouterr().out
     for line in ("#SBATCH --nodes=4", "#SBATCH --ntasks-per-node=1", "#SBATCH --cpus-per-task=16",
                  "#SBATCH --gpus-per-node=4", "#SBATCH --time=12:00:00", "#SBATCH --partition=gpu",
-                 "#SBATCH --signal=B:TERM@120", "python -m distmis.cluster.slurm", "distmis tune 'my space.yaml'"):
+                 "#SBATCH --signal=B:USR1@120", "python -m distmis.cluster.slurm", "distmis tune 'my space.yaml'"):
         assert line in script
     assert "6379" not in script and "sleep" not in script  # no fixed port, no sleep as synchronisation
 

@@ -10,11 +10,25 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from distmis import __version__
 from distmis.exceptions import DistmisError
+
+TENSORFLOW_HINT = "pip install 'distmis[cpu]' (or 'distmis[gpu]' on GPU nodes)"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with distmis' error format: one ``distmis: error:`` line naming the option, exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        message = message.removeprefix("argument ")
+        command = self.prog.removeprefix("distmis").strip()
+        hint = f" (see distmis {command} --help)" if command else " (see distmis --help)"
+        self.exit(2, f"distmis: error: {message}{hint}\n")
 
 COMMANDS = {
     "synth": "write a synthetic MSD-layout NIfTI dataset",
@@ -33,12 +47,12 @@ COMMANDS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="distmis",
         description="Hyperparameter search for 3D medical image segmentation on Ray: experiment vs data parallelism.",
     )
     parser.add_argument("--version", action="version", version=f"distmis {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
     for name, help_text in COMMANDS.items():
         module = importlib.import_module(f"distmis.cli.{name}")
         p = sub.add_parser(name, help=help_text, description=(module.__doc__ or help_text).strip())
@@ -49,6 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (testable without a subprocess)."""
+    # TensorFlow's C++ logging reads this at import: set before anything can import it
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     # everything after a bare `--` is a command to pass on (distmis cluster ... -- distmis tune x.yaml)
@@ -56,13 +72,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "--" in argv:
         cut = argv.index("--")
         argv, passthrough = argv[:cut], argv[cut + 1 :]
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or an option error already printed
+        return int(exc.code or 0)
     args.passthrough = passthrough
     try:
         return int(args._module.run(args) or 0)
     except DistmisError as exc:
         print(f"distmis: error: {exc}", file=sys.stderr)
         return 2
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.split(".")[0] in ("tensorflow", "keras"):
+            print(f"distmis: error: {exc.name.split('.')[0]} is not installed in this environment "
+                  f"({sys.executable}); {TENSORFLOW_HINT}", file=sys.stderr)
+            return 2
+        raise
     except KeyboardInterrupt:
         print("distmis: interrupted", file=sys.stderr)
         return 130

@@ -1,4 +1,4 @@
-"""Small helpers shared by subcommands: shape parsing and progress bars."""
+"""Small helpers shared by subcommands: option types that name what they expect, progress bars."""
 
 from __future__ import annotations
 
@@ -21,13 +21,101 @@ def shape3(text: str) -> tuple[int, int, int]:
 
 
 def fractions3(text: str) -> tuple[float, float, float]:
+    """``0.7,0.15,0.15``: three fractions >= 0 summing to 1, the first > 0."""
+    import math
+
     try:
         parts = [float(p) for p in text.split(",")]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected TRAIN,VAL,TEST fractions, got {text!r}") from None
-    if len(parts) != 3:
+    if len(parts) != 3 or not all(math.isfinite(p) for p in parts):
         raise argparse.ArgumentTypeError(f"expected TRAIN,VAL,TEST fractions, got {text!r}")
+    if any(p < 0 for p in parts) or not math.isclose(sum(parts), 1.0, abs_tol=1e-6) or parts[0] <= 0:
+        raise argparse.ArgumentTypeError(
+            f"expected fractions >= 0 that sum to 1 with TRAIN > 0, got {text!r} (sum {sum(parts):g})")
     return parts[0], parts[1], parts[2]
+
+
+def _integer(text: str, minimum: int, what: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {value}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1 (counts: workers, shards, cases)."""
+    return _integer(text, 1, "an integer >= 1")
+
+
+def at_least_two(text: str) -> int:
+    """An integer >= 2 (a dataset needs a training and a validation case)."""
+    return _integer(text, 2, "an integer >= 2")
+
+
+def nonnegative_int(text: str) -> int:
+    """An integer >= 0 (seeds, indices)."""
+    return _integer(text, 0, "an integer >= 0")
+
+
+def positive_float(text: str) -> float:
+    """A finite number > 0 (CPUs per worker, seconds)."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def overlap_fraction(text: str) -> float:
+    """A fraction in [0, 1) (sliding-window overlap)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}") from None
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}")
+    return value
+
+
+def port_number(text: str) -> int:
+    """A TCP port, 1..65535."""
+    value = _integer(text, 1, "a port number 1..65535")
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number 1..65535, got {value}")
+    return value
+
+
+def finite_float(text: str) -> float:
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def nonnegative_float(text: str) -> float:
+    """A finite number >= 0 (GPUs per worker)."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
 
 
 @contextlib.contextmanager

@@ -8,20 +8,22 @@ from __future__ import annotations
 
 import argparse
 
+from distmis.cli._common import finite_float, nonnegative_float, nonnegative_int, positive_float, positive_int
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("space", help="search-space YAML (as for distmis tune)")
     p.add_argument("--modes", default="experiment,data,hybrid",
                    help="comma-separated subset of experiment,data,hybrid (default all three)")
-    p.add_argument("--budget", type=int, default=None, help="configurations per mode (default search.num_samples)")
-    p.add_argument("--workers", type=int, default=None,
+    p.add_argument("--budget", type=positive_int, default=None, help="configurations per mode (default search.num_samples)")
+    p.add_argument("--workers", type=positive_int, default=None,
                    help="k worker slots every mode gets (default: CPUs of the cluster or machine / --cpus-per-worker)")
-    p.add_argument("--cpus-per-worker", type=float, default=None, help="CPUs per slot (default parallelism.cpus_per_worker)")
-    p.add_argument("--gpus-per-worker", type=float, default=None, help="GPUs per slot (default parallelism.gpus_per_worker)")
-    p.add_argument("--hybrid-workers", type=int, default=None, help="n workers per hybrid trial (default 2; k/n at once)")
-    p.add_argument("--baseline-trials", type=int, default=2,
+    p.add_argument("--cpus-per-worker", type=positive_float, default=None, help="CPUs per slot (default parallelism.cpus_per_worker)")
+    p.add_argument("--gpus-per-worker", type=nonnegative_float, default=None, help="GPUs per slot (default parallelism.gpus_per_worker)")
+    p.add_argument("--hybrid-workers", type=positive_int, default=None, help="n workers per hybrid trial (default 2; k/n at once)")
+    p.add_argument("--baseline-trials", type=nonnegative_int, default=2,
                    help="configurations run sequentially on 1 worker to anchor speed-ups (default 2; 0: none)")
-    p.add_argument("--target", type=float, default=None,
+    p.add_argument("--target", type=finite_float, default=None,
                    help="metric value for time-to-target (default: the baseline's best)")
     p.add_argument("--out", default=None, help="comparison directory (default runs/compare-<name>)")
     p.add_argument("--resume", action="store_true", help="finish an interrupted comparison in --out")

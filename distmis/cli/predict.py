@@ -16,6 +16,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("input", help="a .nii/.nii.gz image, or a directory of them (e.g. imagesTs/)")
     p.add_argument("--out", required=True,
                    help="output .nii.gz for one image, or a directory (one <case>.nii.gz per input)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace segmentations distmis wrote earlier (never any other file)")
     add_window_arguments(p)
 
 
@@ -25,7 +27,9 @@ def run(args: argparse.Namespace) -> int:
 
     record = read_model_record(args.model)
     options = window_options(args)
-    jobs = plan_jobs(Path(args.input), Path(args.out))
+    options.check()
+    options.resolved_patch(record)
+    jobs = plan_jobs(Path(args.input), Path(args.out), model_dir=Path(args.model), overwrite=args.overwrite)
     print(f"model: {args.model} ({record.preprocessing['label_mode']}, {record.channels} channels, "
           f"resize {record.preprocessing['resize']}); {len(jobs)} case(s)")
     with progress("predicting") as update:
@@ -40,5 +44,11 @@ def run(args: argparse.Namespace) -> int:
         outcomes = predict_cases(args.model, jobs, options, workers=args.workers, address=args.address,
                                  cpus_per_worker=args.cpus_per_worker, gpus_per_worker=args.gpus_per_worker, on_done=done)
     ok = sum(o.ok for o in outcomes)
+    out = Path(args.out)
+    if ok and out.is_dir():
+        from distmis.files import marker_info, write_marker
+
+        if marker_info(out) is None and not any(p.name.startswith(".distmis") for p in [out]):
+            write_marker(out, "predict")
     print(f"{ok} of {len(outcomes)} case(s) written")
     return report_failures([o for o in outcomes if not o.ok], "segmentations")

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from distmis.cli._common import fractions3, progress, shape3
-from distmis.exceptions import DataError
+from distmis.cli._common import fractions3, nonnegative_int, positive_int, progress, shape3
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -20,22 +19,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resize", choices=["crop_pad", "resample"], default="crop_pad", help="how to reach --shape")
     p.add_argument("--label-mode", choices=["binary", "multiclass"], default="binary")
     p.add_argument("--split", type=fractions3, default=(0.7, 0.15, 0.15), help="train,val,test fractions")
-    p.add_argument("--shards", type=int, default=4, help="TFRecord shards per split (default 4)")
-    p.add_argument("--seed", type=int, default=0, help="split seed")
-    p.add_argument("--workers", type=int, default=None, help="parallel processes (default: all cores)")
-    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--shards", type=positive_int, default=4, help="TFRecord shards per split (default 4)")
+    p.add_argument("--seed", type=nonnegative_int, default=0, help="split seed")
+    p.add_argument("--workers", type=positive_int, default=None, help="parallel processes (default: all cores)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing OUT (only one distmis wrote)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from distmis.config import PrepareConfig
     from distmis.data import prepare_dataset
-    from distmis.training import quiet_tensorflow
 
-    quiet_tensorflow()
-    try:
-        PrepareConfig(split=args.split, shards=args.shards, shape=args.shape)
-    except ValueError as exc:
-        raise DataError(f"invalid option: {exc.errors()[0]['msg'] if hasattr(exc, 'errors') else exc}") from None
     with progress("preparing cases") as update:
         manifest = prepare_dataset(
             args.src,

@@ -4,6 +4,8 @@ a checkpoint every epoch, the best weights kept; --resume continues from the las
 from __future__ import annotations
 
 import argparse
+
+from distmis.cli._common import positive_int
 from pathlib import Path
 
 
@@ -11,18 +13,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("config", help="configuration YAML (sections name, data, train, model, optimizer)")
     p.add_argument("--out", default=None, help="run directory (default runs/<name>-train)")
     p.add_argument("--resume", action="store_true", help="continue from the run directory's last checkpoint")
-    p.add_argument("--epochs", type=int, default=None, help="override train.epochs")
+    p.add_argument("--epochs", type=positive_int, default=None, help="override train.epochs")
 
 
 def run(args: argparse.Namespace) -> int:
+    import contextlib
+
     from distmis.config import load_config
     from distmis.exceptions import TrainingError
+    from distmis.files import check_output, owned_output_directory
+    from distmis.preflight import preflight
     from distmis.training import CHECKPOINT_DIR, configure_tensorflow
 
     config = load_config(args.config)
     if args.epochs is not None:
         config.train.epochs = args.epochs
+    base_dir = Path(args.config).resolve().parent
+    preflight(config, path=args.config, base_dir=base_dir)
     out = Path(args.out or f"runs/{config.name}-train")
+    source = None if config.data.source == "synthetic" else base_dir / Path(config.data.source).expanduser()
+    check_output(out, option="--out", inputs={"data source": source, "configuration file": args.config})
     checkpoint = out / CHECKPOINT_DIR
     if checkpoint.exists() and not args.resume:
         raise TrainingError(f"{out}: already holds a training run; pass --resume to continue it or choose another --out")
@@ -31,22 +41,17 @@ def run(args: argparse.Namespace) -> int:
 
     configure_tensorflow(config.train.threads)
     from distmis.data import resolve_prepared
-    from distmis.training import fit
+    from distmis.training import RunSession, format_epoch
 
-    prepared = resolve_prepared(config.data, base_dir=Path(args.config).resolve().parent)
-    print(f"data: {prepared}")
-    result = fit(
-        config,
-        prepared,
-        out,
-        resume_from=checkpoint if args.resume else None,
-        metric=config.search.metric,
-        mode=config.search.mode,
-        log=print,
-    )
-    if result.best:
-        print(
-            f"best epoch {int(result.best['epoch'])}: {config.search.metric} {result.best[config.search.metric]:.4f}"
-        )
+    setup = contextlib.nullcontext(out) if args.resume else owned_output_directory(out, command="train", option="--out")
+    with setup:  # bad data found while preparing it, or a checkpoint that does not fit: nothing left behind
+        prepared = resolve_prepared(config.data, base_dir=base_dir)
+        print(f"data: {prepared}")
+        session = RunSession(config, prepared, out, resume_from=checkpoint if args.resume else None,
+                             metric=config.search.metric, mode=config.search.mode)
+    while not session.done:
+        print(format_epoch(session.step(), config.train.epochs), flush=True)
+    if session.best:
+        print(f"best epoch {int(session.best['epoch'])}: {config.search.metric} {session.best[config.search.metric]:.4f}")
     print(f"run directory: {out} (metrics.csv, checkpoint/, best/)")
     return 0

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 
+from distmis.cli._common import positive_int
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("space", help="search-space YAML")
     p.add_argument("--out", default=None, help="experiment directory (default runs/<name>)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted search in --out")
     p.add_argument("--address", default=None, help="Ray cluster address (default: $RAY_ADDRESS, else a local Ray)")
-    p.add_argument("--num-samples", type=int, default=None, help="override search.num_samples")
+    p.add_argument("--num-samples", type=positive_int, default=None, help="override search.num_samples")
     p.add_argument("--tracking-uri", default=None,
                    help="MLflow tracking URI (default: tracking.uri, $MLFLOW_TRACKING_URI, else sqlite:///<out>/../mlflow.db)")
 
@@ -24,4 +26,8 @@ def run(args: argparse.Namespace) -> int:
         config.search.num_samples = args.num_samples
     summary = run_search(config, space_file=args.space, out=args.out, resume=args.resume, address=args.address,
                          tracking_uri=args.tracking_uri)
-    return 0 if summary.ok else 1
+    from distmis import exitcodes
+
+    if summary.interrupted:
+        return exitcodes.INTERRUPTED
+    return exitcodes.OK if summary.ok else exitcodes.FAILED

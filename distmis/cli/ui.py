@@ -12,12 +12,14 @@ import os
 import sys
 from pathlib import Path
 
+from distmis.cli._common import port_number
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runs", default="runs", help="directory holding mlflow.db (default runs/)")
     p.add_argument("--tracking-uri", default=None, help="a tracking store URI instead (default: $MLFLOW_TRACKING_URI, else sqlite:///<runs>/mlflow.db)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=5000)
+    p.add_argument("--port", type=port_number, default=5000)
 
 
 def _is_loopback(host: str) -> bool:

@@ -1,17 +1,25 @@
 """Bring up a Ray cluster inside a SLURM allocation, run one command on it, tear it down.
 
 Run once per node (``srun --ntasks-per-node=1 python -m distmis.cluster.slurm -- CMD ...``).
-Node 0 of ``scontrol show hostnames`` is the head; it chooses free ports for every head
-component, writes them with a per-job auth token into the job directory on the shared
-filesystem (atomically), starts Ray, waits (bounded) until every node has joined, writes
-``cluster.json`` and runs CMD with ``RAY_ADDRESS`` set. The other nodes poll for the ports file
-and the head's health (bounded), join, and leave when the head says the job is done.
+Node 0 of ``scontrol show hostnames`` is the head: it claims its port block (see
+:mod:`distmis.cluster.ports`), writes the ports with a per-job auth token into the job
+directory on the shared filesystem (atomically), starts Ray, waits (bounded) until every node
+has joined *with every CPU and GPU it was given*, writes ``cluster.json`` and runs CMD with
+``RAY_ADDRESS`` set. The other nodes claim their own block, poll for the ports file and the
+head's health (bounded), join, and leave when the head says the job is done.
 
-What the prototype's script got wrong and this does not: no fixed port, no ``sleep`` as
-synchronisation (every wait is a bounded poll that names the node, address and port it
-waited for), a short node-local temp dir (AF_UNIX paths are limited to 107 bytes), a token
-per job instead of ``~/.ray/auth_token``, and cleanup that stops only this job's Ray (by
-process group; never ``ray stop``, which kills every Ray on the node) on exit and on SIGTERM.
+Wall time: the job script forwards SLURM's warning signal (``SIGUSR1``) here, and the head
+forwards it to CMD (``distmis tune`` checkpoints and exits with 75, "interrupted, resumable");
+a ``stop-requested`` file in the job directory does the same, for sites whose ``srun`` does not
+forward signals. A requeued job (``SLURM_RESTART_COUNT`` > 0) ignores every file the previous
+run left: each is tagged with the restart it belongs to.
+
+What the prototype's script got wrong and this does not: no fixed port and no port drawn by
+chance (see :mod:`distmis.cluster.ports`), no ``sleep`` as synchronisation (every wait is a
+bounded poll that names the node, address and port it waited for), a short node-local temp
+dir (AF_UNIX paths are limited to 107 bytes), a token per job instead of ``~/.ray/auth_token``,
+and cleanup that stops only this job's Ray (by process group; never ``ray stop``, which kills
+every Ray on the node) on exit and on SIGTERM.
 """
 
 from __future__ import annotations
@@ -20,7 +28,6 @@ import argparse
 import ipaddress
 import json
 import os
-import random
 import re
 import secrets
 import shutil
@@ -32,13 +39,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from distmis._fsutil import write_json_atomic
+from distmis.cluster.ports import PortBlock, claim_block, ray_start_arguments, release_block
+from distmis.cluster.processes import stop_process_group
 from distmis.exceptions import ClusterError
+from distmis.files import write_json_atomic, write_secret
 
 PORTS_FILE = "ray-ports.json"
 TOKEN_FILE = "ray-auth-token"
 DONE_FILE = "ray-done"
 CLUSTER_FILE = "cluster.json"
+STOP_FILE = "stop-requested"
+NODES_DIR = "nodes"
 DRIVER_RESOURCE = "trial_driver"
 
 
@@ -84,27 +95,6 @@ def node_resources(env: dict[str, str] | None = None) -> tuple[int, int]:
     return cpus, int(gpus)
 
 
-# --------------------------------------------------------------------------- ports
-def free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def free_port_range(host: str, size: int = 100) -> tuple[int, int]:
-    """A block of ``size`` ports that are free right now (checked one by one)."""
-    for _ in range(50):
-        start = random.randint(20000, 60000 - size)
-        try:
-            for port in range(start, start + size):
-                with socket.socket() as s:
-                    s.bind((host, port))
-            return start, start + size - 1
-        except OSError:
-            continue
-    raise ClusterError(f"no block of {size} free ports on {host}")
-
-
 # --------------------------------------------------------------------------- waiting
 def wait_until(check, what: str, timeout: float, interval: float = 0.5) -> None:  # noqa: ANN001
     deadline = time.monotonic() + timeout
@@ -125,110 +115,142 @@ def healthy(address: str, env: dict[str, str]) -> bool:
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
 
 
-def alive_nodes(address: str, env: dict[str, str]) -> list[str]:
-    code = (f"import json, ray; ray.init(address='{address}', logging_level='error'); "
-            "print(json.dumps([n['NodeManagerAddress'] for n in ray.nodes() if n['Alive']]))")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-    try:
-        return json.loads(out.stdout.strip().splitlines()[-1])
-    except (IndexError, json.JSONDecodeError):
-        return []
+# Runs in a child process (the bootstrap itself never becomes a Ray driver): polls the
+# cluster until every registered node is alive with all its CPUs and GPUs, or the deadline.
+_READINESS = r"""
+import json, sys, time
+import ray
+address, nodes_dir, expected, timeout, restart = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
+ray.init(address=address, logging_level="error")
+deadline = time.monotonic() + timeout
+while True:
+    import pathlib
+    registered = {}
+    for p in pathlib.Path(nodes_dir).glob("*.json"):
+        try:
+            info = json.loads(p.read_text())
+        except ValueError:
+            continue
+        if info.get("restart") == restart:
+            registered[info["node"]] = info
+    alive = {n["NodeManagerAddress"]: n["Resources"] for n in ray.nodes() if n["Alive"]}
+    want = [expected["head"], *[registered[n] for n in expected["workers"] if n in registered]]
+    state = {
+        "missing_registrations": [n for n in expected["workers"] if n not in registered],
+        "not_alive": [f"{w['node']} ({w['ip']})" for w in want if w["ip"] not in alive],
+        "short": [f"{w['node']} ({w['ip']}): {k} {alive[w['ip']].get(k, 0):g} of {w[k.lower() + 's']}"
+                  for w in want if w["ip"] in alive for k in ("CPU", "GPU")
+                  if alive[w["ip"]].get(k, 0) + 1e-9 < w[k.lower() + "s"]],
+        "alive": sorted(alive),
+    }
+    ready = not state["missing_registrations"] and not state["not_alive"] and not state["short"]
+    if ready or time.monotonic() > deadline:
+        print(json.dumps({"ready": ready, **state}), flush=True)
+        sys.exit(0 if ready else 1)
+    time.sleep(0.5)
+"""
 
 
 # --------------------------------------------------------------------------- the bootstrap
 class Bootstrap:
     def __init__(self, args: argparse.Namespace) -> None:
         self.job = os.environ.get("SLURM_JOB_ID", "local")
+        self.restart = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
         self.nodename = os.environ.get("SLURMD_NODENAME", socket.gethostname())
         self.nodes = hostnames(os.environ["SLURM_JOB_NODELIST"]) if os.environ.get("SLURM_JOB_NODELIST") else [self.nodename]
-        self.is_head = self.nodename == self.nodes[0]
+        self.index = self.nodes.index(self.nodename)
+        self.is_head = self.index == 0
         self.job_dir = Path(args.job_dir or f"runs/slurm-{self.job}").resolve()
         self.job_dir.mkdir(parents=True, exist_ok=True)
         self.ip = node_address(self.nodename, args.interface)
         self.cpus, self.gpus = node_resources()
         self.timeout = args.timeout
         # short and node-local: Ray's AF_UNIX socket paths must stay under 107 bytes
-        self.temp_dir = Path(args.temp_root) / f"dm-{self.job}-{self.nodes.index(self.nodename)}"
+        self.temp_dir = Path(args.temp_root) / f"dm-{self.job}-{self.index}"
+        self.claims_dir = Path(args.temp_root) / "distmis-port-claims"
         self.ray_proc: subprocess.Popen | None = None
+        self.block: PortBlock | None = None
+        self._claim: Path | None = None
+        self.child: subprocess.Popen | None = None
+        self.stop_forwarded = False
         self.env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(self.job_dir / TOKEN_FILE)}
-        for key in ("RAY_ADDRESS",):
-            self.env.pop(key, None)
+        self.env.pop("RAY_ADDRESS", None)
 
     # -- lifecycle
     def stop_ray(self, graceful: bool = True) -> None:
-        """Stop this node's Ray of this job only (its process group), then remove its temp dir.
-
-        ``graceful=False`` (on SIGTERM from SLURM) kills at once: SLURM sends SIGKILL after
-        ``KillWait`` seconds, and Ray started in its own session would outlive this process.
-        """
+        """Stop this node's Ray of this job only (its process group), release the port block,
+        remove the temp dir. ``graceful=False`` (on SIGTERM from SLURM) kills at once: SLURM
+        sends SIGKILL after ``KillWait`` seconds, and Ray started in its own session would
+        outlive this process."""
         proc, self.ray_proc = self.ray_proc, None
         if proc is not None:
-            steps = ((signal.SIGTERM, 20.0), (signal.SIGKILL, 10.0)) if graceful else ((signal.SIGKILL, 10.0),)
-            for sig, wait in steps:
-                try:
-                    os.killpg(proc.pid, sig)
-                except ProcessLookupError:
-                    break
-                deadline = time.monotonic() + wait
-                while time.monotonic() < deadline and _group_alive(proc.pid):
-                    proc.poll()
-                    time.sleep(0.2)
-                if not _group_alive(proc.pid):
-                    break
+            stop_process_group(proc, graceful=graceful)
+        release_block(self._claim)
+        self._claim = None
         shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+    def _claim_ports(self) -> PortBlock:
+        self.block, self._claim = claim_block(self.job, self.index, self.claims_dir)
+        return self.block
 
     def _start_ray(self, args: list[str]) -> None:
         self.temp_dir.mkdir(parents=True, exist_ok=True)
-        logf = open(self.job_dir / f"ray-{self.nodename}.log", "w")
+        logf = open(self.job_dir / f"ray-{self.nodename}.log", "a")
         cmd = [ray_bin(), "start", "--block", f"--node-ip-address={self.ip}", f"--num-cpus={self.cpus}",
                f"--num-gpus={self.gpus}", f"--temp-dir={self.temp_dir}", "--disable-usage-stats", *args]
         log(f"starting Ray: {' '.join(cmd)}")
         self.ray_proc = subprocess.Popen(cmd, env=self.env, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
 
+    def _node_record(self) -> dict[str, Any]:
+        assert self.block is not None
+        return {"node": self.nodename, "ip": self.ip, "cpus": self.cpus, "gpus": self.gpus, "restart": self.restart,
+                "ports": self.block.as_dict()}
+
+    def request_stop(self) -> None:
+        """Forward the wall-time warning to the command (once): it checkpoints and exits."""
+        if self.child is not None and self.child.poll() is None and not self.stop_forwarded:
+            log("wall time near: asking the command to checkpoint and stop (SIGUSR1)")
+            self.child.send_signal(signal.SIGUSR1)
+            self.stop_forwarded = True
+
     # -- head
+    def _clean_previous_run(self) -> None:
+        """A requeued job reuses the job directory: nothing from the previous run may be read."""
+        for name in (PORTS_FILE, DONE_FILE, CLUSTER_FILE, STOP_FILE):
+            (self.job_dir / name).unlink(missing_ok=True)
+        nodes = self.job_dir / NODES_DIR
+        if nodes.is_dir():
+            for stale in nodes.glob("*.json"):
+                try:
+                    if json.loads(stale.read_text()).get("restart") != self.restart:
+                        stale.unlink()
+                except (OSError, ValueError):
+                    stale.unlink(missing_ok=True)
+
     def run_head(self, command: list[str]) -> int:
-        token = self.job_dir / TOKEN_FILE
-        fd = os.open(token.with_suffix(".tmp"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(secrets.token_hex(32))
-        os.replace(token.with_suffix(".tmp"), token)
-        (self.job_dir / DONE_FILE).unlink(missing_ok=True)
-        lo, hi = free_port_range(self.ip)
-        ports = {"gcs": free_port(self.ip), "dashboard": free_port("127.0.0.1"), "client": free_port(self.ip),
-                 "node_manager": free_port(self.ip), "object_manager": free_port(self.ip),
-                 "min_worker": lo, "max_worker": hi}
-        self._start_ray([
-            "--head", f"--port={ports['gcs']}", "--dashboard-host=127.0.0.1", f"--dashboard-port={ports['dashboard']}",
-            f"--ray-client-server-port={ports['client']}", f"--node-manager-port={ports['node_manager']}",
-            f"--object-manager-port={ports['object_manager']}", f"--min-worker-port={lo}", f"--max-worker-port={hi}",
-            "--dashboard-agent-listen-port=0", f"--resources={json.dumps({DRIVER_RESOURCE: 1000})}",
-        ])
-        address = f"{self.ip}:{ports['gcs']}"
+        self._clean_previous_run()
+        write_secret(self.job_dir / TOKEN_FILE, secrets.token_hex(32))
+        block = self._claim_ports()
+        self._start_ray(["--head", "--dashboard-host=127.0.0.1", f"--resources={json.dumps({DRIVER_RESOURCE: 1000})}",
+                         *ray_start_arguments(block, head=True)])
+        address = f"{self.ip}:{block.port('gcs')}"
         try:
-            wait_until(lambda: self.ray_proc.poll() is None and healthy(address, self.env),
+            wait_until(lambda: self.ray_proc is not None and self.ray_proc.poll() is None and healthy(address, self.env),
                        f"the Ray head on {self.nodename} at {address} to be healthy "
                        f"(log: {self.job_dir / f'ray-{self.nodename}.log'})", self.timeout)
         except ClusterError:
-            if self.ray_proc.poll() is not None:
+            if self.ray_proc is not None and self.ray_proc.poll() is not None:
                 raise ClusterError(f"Ray head on {self.nodename} exited with {self.ray_proc.returncode}; see "
                                    f"{self.job_dir / f'ray-{self.nodename}.log'}") from None
             raise
-        write_json_atomic(self.job_dir / PORTS_FILE, {"job": self.job, "head": self.nodename, "head_ip": self.ip, **ports})
-        joined = self.job_dir / "nodes"
-        try:
-            wait_until(lambda: len(alive_nodes(address, self.env)) >= len(self.nodes),
-                       f"{len(self.nodes)} Ray nodes at {address}", self.timeout, interval=1.0)
-        except ClusterError:
-            seen = {p.stem for p in joined.glob("*.json")} if joined.is_dir() else set()
-            missing = [n for n in self.nodes[1:] if n not in seen]
-            raise ClusterError(
-                f"timed out after {self.timeout:.0f} s waiting for all {len(self.nodes)} nodes to join the Ray head "
-                f"{self.nodename} at {address}; alive: {alive_nodes(address, self.env)}; never started: "
-                f"{missing or 'none'} (check their srun output and {joined})"
-            ) from None
+        write_json_atomic(self.job_dir / PORTS_FILE, {"job": self.job, "restart": self.restart, "head": self.nodename,
+                                                      "head_ip": self.ip, **block.as_dict()})
+        self._wait_for_every_node(address)
+        ports = block.as_dict()
         info = {
-            "job_id": self.job, "nodes": self.nodes, "head_node": self.nodename, "head_ip": self.ip,
-            "ray_address": address, "dashboard_url": f"http://127.0.0.1:{ports['dashboard']} (on {self.nodename})",
+            "job_id": self.job, "restart": self.restart, "nodes": self.nodes, "head_node": self.nodename,
+            "head_ip": self.ip, "ray_address": address,
+            "dashboard_url": f"http://127.0.0.1:{ports['dashboard']} (on {self.nodename})",
             "dashboard_port": ports["dashboard"], "token_path": str(self.job_dir / TOKEN_FILE), "ports": ports,
             "cpus_per_node": self.cpus, "gpus_per_node": self.gpus,
             "tunnel": f"ssh -N -L 8265:127.0.0.1:{ports['dashboard']} {self.nodename}",
@@ -239,27 +261,62 @@ class Bootstrap:
         log(f"Ray cluster up: {len(self.nodes)} nodes, {address}; see {self.job_dir / CLUSTER_FILE}")
         if not command:
             return 0
-        env = {**self.env, "RAY_ADDRESS": address}
         log(f"running: {' '.join(command)}")
-        child = subprocess.Popen(command, env=env)
-        self._child = child
-        return child.wait()
+        self.child = subprocess.Popen(command, env={**self.env, "RAY_ADDRESS": address})
+        stop_file = self.job_dir / STOP_FILE
+        while self.child.poll() is None:
+            if stop_file.exists():
+                self.request_stop()
+            time.sleep(0.5)
+        return self.child.returncode
+
+    def _wait_for_every_node(self, address: str) -> None:
+        """Bounded wait until every node is alive in Ray with the CPUs and GPUs SLURM gave it."""
+        expected = {"head": {"node": self.nodename, "ip": self.ip, "cpus": self.cpus, "gpus": self.gpus},
+                    "workers": self.nodes[1:]}
+        out = subprocess.run([sys.executable, "-c", _READINESS, address, str(self.job_dir / NODES_DIR),
+                              json.dumps(expected), str(self.timeout), str(self.restart)],
+                             env=self.env, capture_output=True, text=True, timeout=self.timeout + 120)
+        try:
+            state = json.loads(out.stdout.strip().splitlines()[-1])
+        except (IndexError, ValueError):
+            raise ClusterError(f"could not read the Ray cluster at {address}: {out.stderr.strip()[-500:]}") from None
+        if state["ready"]:
+            return
+        problems = []
+        if state["missing_registrations"]:
+            problems.append(f"never started: {state['missing_registrations']} (check their srun output and "
+                            f"{self.job_dir / NODES_DIR})")
+        if state["not_alive"]:
+            problems.append(f"registered but not alive in Ray: {state['not_alive']}")
+        if state["short"]:
+            problems.append(f"missing resources: {state['short']}")
+        raise ClusterError(
+            f"timed out after {self.timeout:.0f} s waiting for all {len(self.nodes)} nodes to join the Ray head "
+            f"{self.nodename} at {address} with their CPUs and GPUs; alive: {state['alive']}; " + "; ".join(problems))
 
     # -- worker
     def run_worker(self) -> int:
         ports_file = self.job_dir / PORTS_FILE
-        wait_until(ports_file.is_file, f"{ports_file} from head node {self.nodes[0]}", self.timeout)
-        ports = json.loads(ports_file.read_text())
+
+        def current_ports() -> dict[str, Any] | None:
+            try:
+                data = json.loads(ports_file.read_text())
+            except (OSError, ValueError):
+                return None
+            return data if data.get("restart") == self.restart else None  # never the previous run's
+
+        wait_until(lambda: current_ports() is not None, f"{ports_file} from head node {self.nodes[0]}", self.timeout)
+        ports = current_ports()
+        assert ports is not None
         address = f"{ports['head_ip']}:{ports['gcs']}"
         wait_until(lambda: healthy(address, self.env), f"the Ray head {ports['head']} at {address}", self.timeout)
-        lo, hi = free_port_range(self.ip)
-        self._start_ray([f"--address={address}", f"--node-manager-port={free_port(self.ip)}",
-                         f"--object-manager-port={free_port(self.ip)}", f"--min-worker-port={lo}",
-                         f"--max-worker-port={hi}", "--dashboard-agent-listen-port=0"])
-        write_json_atomic(self.job_dir / "nodes" / f"{self.nodename}.json", {"node": self.nodename, "ip": self.ip})
-        # stay until the head says the job is done, or the head is gone for good
+        block = self._claim_ports()
+        self._start_ray([f"--address={address}", *ray_start_arguments(block, head=False)])
+        write_json_atomic(self.job_dir / NODES_DIR / f"{self.nodename}.json", self._node_record())
+        # stay until the head says this run is done, or the head is gone for good
         last_ok = time.monotonic()
-        while not (self.job_dir / DONE_FILE).exists():
+        while not self._done():
             if self.ray_proc is not None and self.ray_proc.poll() is not None:
                 raise ClusterError(f"Ray on {self.nodename} exited with {self.ray_proc.returncode}; see "
                                    f"{self.job_dir / f'ray-{self.nodename}.log'}")
@@ -271,17 +328,14 @@ class Bootstrap:
             time.sleep(2)
         return 0
 
+    def _done(self) -> bool:
+        try:
+            return int((self.job_dir / DONE_FILE).read_text().strip() or -1) == self.restart
+        except (OSError, ValueError):
+            return False
 
-def _group_alive(pgid: int) -> bool:
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                return True
-    return False
+    def mark_done(self) -> None:
+        (self.job_dir / DONE_FILE).write_text(f"{self.restart}\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -301,9 +355,9 @@ def main(argv: list[str] | None = None) -> int:
 
     def on_term(signum: int, _frame: Any) -> None:
         log(f"signal {signum}: stopping this job's Ray on this node")
-        child = getattr(boot, "_child", None)
+        child = boot.child if boot is not None else None
         if child is not None and child.poll() is None:
-            child.send_signal(signal.SIGTERM)  # the search checkpoints; --resume continues it after a requeue
+            child.send_signal(signal.SIGTERM)  # the search stops; its state was saved seconds ago
             try:
                 child.wait(timeout=60)
             except subprocess.TimeoutExpired:
@@ -312,8 +366,13 @@ def main(argv: list[str] | None = None) -> int:
             boot.stop_ray(graceful=False)
         sys.exit(128 + signum)
 
+    def on_usr1(_signum: int, _frame: Any) -> None:
+        if boot is not None and boot.is_head:
+            boot.request_stop()  # workers keep Ray up until the head is done
+
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
+    signal.signal(signal.SIGUSR1, on_usr1)
     if os.environ.get("SLURM_LOCALID", "0") != "0":
         log("error: more than one task on this node; run the bootstrap with --ntasks-per-node=1")
         return 2
@@ -321,12 +380,12 @@ def main(argv: list[str] | None = None) -> int:
         boot = Bootstrap(args)
         code = boot.run_head(command) if boot.is_head else boot.run_worker()
         if boot.is_head:
-            (boot.job_dir / DONE_FILE).touch()
+            boot.mark_done()
         return code
     except ClusterError as exc:
         log(f"error: {exc}")
         if boot is not None and boot.is_head:
-            (boot.job_dir / DONE_FILE).touch()
+            boot.mark_done()
         return 2
     finally:
         if boot is not None:

@@ -55,7 +55,7 @@ class ModePlan:
 
 def fixed_points(config: ExperimentConfig, budget: int) -> list[dict[str, Any]]:
     """The ``budget`` configurations every mode runs (see the module docstring)."""
-    from distmis.tuning.space import define_by_run, grid_points
+    from distmis.tuning.space import decode_params, define_by_run, grid_points
 
     if not config.space:
         raise ConfigError("space: the search space is empty; distmis compare needs parameters to search")
@@ -74,7 +74,7 @@ def fixed_points(config: ExperimentConfig, budget: int) -> list[dict[str, Any]]:
     for _ in range(budget):
         trial = study.ask()
         sample(trial)
-        points.append(dict(trial.params))
+        points.append(decode_params(config.space, dict(trial.params)))
         study.tell(trial, 0.0)
     return points
 
@@ -130,6 +130,10 @@ def mode_config(
                           max_concurrent_trials=plan.concurrent_trials)
     data["parallelism"] = {"mode": plan.parallelism_mode, "workers_per_trial": plan.workers_per_trial,
                            "cpus_per_worker": cpus_per_worker, "gpus_per_worker": gpus_per_worker}
-    data["tracking"].update(uri=tracking_uri, experiment=experiment, parent_run_id=parent_run_id)
+    # an address with credentials is not written to disk: the mode's process gets it from its environment
+    from distmis.tracking import redact_uri
+
+    written = tracking_uri if redact_uri(tracking_uri) == tracking_uri else None
+    data["tracking"].update(uri=written or None, experiment=experiment, parent_run_id=parent_run_id)
     ExperimentConfig.model_validate(data)  # fail here, not in a subprocess
     return data

@@ -183,7 +183,7 @@ def headline(s: ModeStats, metric: str, target: float | None) -> str:
 
 def write_reports(out: Path, *, name: str, stats: list[ModeStats], target: float | None, metric: str,
                   info: dict[str, Any], plots: list[Path]) -> tuple[Path, Path]:
-    from distmis._fsutil import write_text_atomic
+    from distmis.files import write_text_atomic
 
     rows = table_rows(stats)
     scaling = {s.mode: f"{s.scaling} scaling, global batch {s.global_batch}, lr scaling {s.lr_scaling}" for s in stats}

@@ -18,6 +18,7 @@ interrupted one.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -32,7 +33,9 @@ from typing import Any
 
 import yaml
 
-from distmis._fsutil import write_json_atomic, write_text_atomic
+from distmis.files import check_output, owned_output_directory, write_json_atomic, write_text_atomic
+from distmis.preflight import preflight
+from distmis.tracking import redact_uri
 from distmis.compare._analysis import BASELINE, ModeStats, analyse, same_configurations
 from distmis.compare._plan import ModePlan, fixed_points, mode_config, plan_modes
 from distmis.compare._records import ModeRecord, load_mode_dir
@@ -67,7 +70,8 @@ def default_slots(cpus_per_worker: float, address: str | None) -> int:
     return max(1, int(math.floor(cpus / cpus_per_worker + 1e-9)))
 
 
-def _run_mode(plan: ModePlan, config_path: Path, mode_dir: Path, log_path: Path, address: str | None) -> int:
+def _run_mode(plan: ModePlan, config_path: Path, mode_dir: Path, log_path: Path, address: str | None,
+              tracking_uri: str) -> int:
     """Run one mode's search as a child ``distmis tune``; its output goes to the console and the log."""
     cmd = [sys.executable, "-m", "distmis", "tune", str(config_path), "--out", str(mode_dir)]
     if (mode_dir / "tune").exists():
@@ -75,7 +79,8 @@ def _run_mode(plan: ModePlan, config_path: Path, mode_dir: Path, log_path: Path,
     if address:
         cmd += ["--address", address]
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"),
+           "MLFLOW_TRACKING_URI": tracking_uri}
     with open(log_path, "a", encoding="utf-8") as log:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         assert proc.stdout is not None
@@ -89,18 +94,16 @@ class _CompareTracking:
     """The comparison's MLflow parent run; the modes' searches nest under it."""
 
     def __init__(self, uri: str, experiment: str) -> None:
-        from mlflow.tracking import MlflowClient
-
-        from distmis.tracking._mlflow import experiment_id
+        from distmis.tracking import experiment_id, mlflow_client
 
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
         self.uri, self.experiment = uri, experiment
-        self.client = MlflowClient(tracking_uri=uri)
+        self.client = mlflow_client(uri)
         try:
             self.experiment_id = experiment_id(self.client, uri, experiment)
         except Exception as exc:  # noqa: BLE001
-            raise TrackingError(f"MLflow tracking store {uri} is unreachable or unusable: {type(exc).__name__}: "
+            raise TrackingError(f"MLflow tracking store {redact_uri(uri)} is unreachable or unusable: {type(exc).__name__}: "
                                 f"{str(exc).splitlines()[0][:300]}") from None
 
     def start(self, name: str, params: dict[str, Any], run_id: str | None) -> str:
@@ -147,6 +150,38 @@ def _stats_csv(stats: list[ModeStats]) -> str:
     return buf.getvalue()
 
 
+def _start(config: ExperimentConfig, space_file: Path, out: Path, plan_data: dict[str, Any], plans: list[ModePlan],
+           modes: list[str], points: list[dict[str, Any]], slots: int, cpus: float, gpus: float,
+           hybrid_workers: int | None, baseline_trials: int, target: float | None,
+           tracking_uri: str | None) -> tuple[_CompareTracking, str, dict[str, Any], str, str]:
+    """Open (or reattach to) the comparison's MLflow run and write the plan (``compare.json``)."""
+    from distmis.tracking import reattach_uri, resolve_tracking_uri
+
+    recorded = plan_data.get("mlflow", {}).get("tracking_uri")
+    uri = reattach_uri(recorded, tracking_uri, config.tracking.uri, out) if recorded else resolve_tracking_uri(
+        tracking_uri, config.tracking.uri, out)
+    experiment = plan_data.get("mlflow", {}).get("experiment") or f"{config.tracking.experiment or config.name}-compare"
+    tracking = _CompareTracking(uri, experiment)  # fails fast, before anything runs
+    run_id = tracking.start(config.name, {
+        "modes": ",".join(modes), "slots": slots, "cpus_per_worker": cpus, "gpus_per_worker": gpus,
+        "budget": len(points), "baseline_trials": min(baseline_trials, len(points)),
+        "hybrid_workers": next((p.workers_per_trial for p in plans if p.name == "hybrid"), ""),
+        "target": "" if target is None else target, "space_file": str(space_file.resolve()),
+    }, plan_data.get("mlflow", {}).get("run_id"))
+    plan_data = {
+        "name": config.name, "space_file": str(space_file.resolve()), "modes": modes, "slots": slots,
+        "cpus_per_worker": cpus, "gpus_per_worker": gpus, "hybrid_workers": hybrid_workers,
+        "baseline_trials": baseline_trials, "target": target, "points": points,
+        "plans": [{"name": p.name, "trials_at_once": p.concurrent_trials, "workers_per_trial": p.workers_per_trial,
+                   "configurations": len(p.points)} for p in plans],
+        "mlflow": {"tracking_uri": redact_uri(uri), "experiment": experiment, "run_id": run_id},
+    }
+    write_json_atomic(out / PLAN_FILE, plan_data)
+    print(f"distmis compare '{config.name}' -> {out}: {len(points)} configurations, {slots} worker slots of "
+          f"{cpus:g} CPU / {gpus:g} GPU; MLflow {redact_uri(uri)} (experiment '{experiment}', run {run_id})", flush=True)
+    return tracking, run_id, plan_data, uri, experiment
+
+
 def run_compare(
     space_file: str | Path,
     *,
@@ -169,8 +204,6 @@ def run_compare(
         ConfigError: a bad space file or mode plan. TuningError: an existing comparison without
         ``resume``. TrackingError: MLflow unreachable at start (before anything runs).
     """
-    from distmis.tracking import resolve_tracking_uri
-
     space_file = Path(space_file)
     config: ExperimentConfig = load_config(space_file, require_space=True)
     out = Path(out or Path("runs") / f"compare-{config.name}").resolve()
@@ -195,41 +228,31 @@ def run_compare(
         plan_data = {}
     plans = plan_modes(modes, workers=slots, points=points, hybrid_workers=hybrid_workers,
                        baseline_trials=min(baseline_trials, len(points)))
-    uri = plan_data.get("mlflow", {}).get("tracking_uri") or resolve_tracking_uri(tracking_uri, config.tracking.uri, out)
-    experiment = plan_data.get("mlflow", {}).get("experiment") or f"{config.tracking.experiment or config.name}-compare"
-    tracking = _CompareTracking(uri, experiment)  # fails fast, before anything runs
-    run_id = tracking.start(config.name, {
-        "modes": ",".join(modes), "slots": slots, "cpus_per_worker": cpus, "gpus_per_worker": gpus,
-        "budget": len(points), "baseline_trials": min(baseline_trials, len(points)),
-        "hybrid_workers": next((p.workers_per_trial for p in plans if p.name == "hybrid"), ""),
-        "target": "" if target is None else target, "space_file": str(space_file.resolve()),
-    }, plan_data.get("mlflow", {}).get("run_id"))
-    plan_data = {
-        "name": config.name, "space_file": str(space_file.resolve()), "modes": modes, "slots": slots,
-        "cpus_per_worker": cpus, "gpus_per_worker": gpus, "hybrid_workers": hybrid_workers,
-        "baseline_trials": baseline_trials, "target": target, "points": points,
-        "plans": [{"name": p.name, "trials_at_once": p.concurrent_trials, "workers_per_trial": p.workers_per_trial,
-                   "configurations": len(p.points)} for p in plans],
-        "mlflow": {"tracking_uri": uri, "experiment": experiment, "run_id": run_id},
-    }
-    out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(plan_path, plan_data)
-    print(f"distmis compare '{config.name}' -> {out}: {len(points)} configurations, {slots} worker slots of "
-          f"{cpus:g} CPU / {gpus:g} GPU; MLflow {uri} (experiment '{experiment}', run {run_id})", flush=True)
-
+    base_dir = space_file.resolve().parent
+    if not resume:  # every mode's search checked now, not in a subprocess minutes later
+        source = None if config.data.source == "synthetic" else base_dir / Path(config.data.source).expanduser()
+        check_output(out, option="--out", inputs={"search-space file": space_file, "data source": source})
+        for plan in plans:
+            data = mode_config(config, plan, cpus_per_worker=cpus, gpus_per_worker=gpus, tracking_uri="",
+                               experiment="", parent_run_id=None, base_dir=base_dir)
+            preflight(ExperimentConfig.model_validate(data), path=f"{space_file} ({plan.name} mode)", base_dir=base_dir)
+    with contextlib.nullcontext(out) if resume else owned_output_directory(out, command="compare", option="--out"):
+        tracking, run_id, plan_data, uri, experiment = _start(
+            config, space_file, out, plan_data, plans, modes, points, slots, cpus, gpus, hybrid_workers,
+            baseline_trials, target, tracking_uri)
     records: dict[str, ModeRecord] = {}
     failed: list[str] = []
     for plan in plans:
         mode_dir = out / plan.name
         if not (mode_dir / "summary.json").is_file():
             data = mode_config(config, plan, cpus_per_worker=cpus, gpus_per_worker=gpus, tracking_uri=uri,
-                               experiment=experiment, parent_run_id=run_id, base_dir=space_file.resolve().parent)
+                               experiment=experiment, parent_run_id=run_id, base_dir=base_dir)
             cfg_path = out / "configs" / f"{plan.name}.yaml"
             write_text_atomic(cfg_path, yaml.safe_dump(data, sort_keys=False))
             print(f"== {plan.name}: {plan.concurrent_trials} trial(s) at once x {plan.workers_per_trial} worker(s), "
                   f"{len(plan.points)} configuration(s)", flush=True)
             started = time.time()
-            rc = _run_mode(plan, cfg_path, mode_dir, out / "logs" / f"{plan.name}.log", address)
+            rc = _run_mode(plan, cfg_path, mode_dir, out / "logs" / f"{plan.name}.log", address, uri)
             print(f"== {plan.name}: exit {rc} after {time.time() - started:.1f} s", flush=True)
             if not (mode_dir / "summary.json").is_file():
                 failed.append(plan.name)

@@ -1,6 +1,6 @@
 """Data: MSD NIfTI datasets, synthetic data, preparation into TFRecords, tf.data loading."""
 
-from distmis.data._loader import Manifest, eval_batches, load_manifest, make_dataset
+from distmis.data._loader import Manifest, eval_batches, load_manifest, make_dataset, verify_shards
 from distmis.data._msd import MsdDataset, load_case_image, load_nifti, read_dataset_json
 from distmis.data._prepare import (
     MANIFEST,
@@ -33,6 +33,7 @@ __all__ = [
     "render_case",
     "resolve_prepared",
     "split_cases",
+    "verify_shards",
     "write_synthetic_msd",
     "zscore_nonzero",
 ]

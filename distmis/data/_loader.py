@@ -14,11 +14,12 @@ auto-sharding off and every replica read every case.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from distmis.data._prepare import FORMAT, MANIFEST
 from distmis.exceptions import DataError
@@ -58,24 +59,145 @@ class Manifest:
         return x * y * z * (self.channels * 4 + 1)
 
 
+class _Shard(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    file: StrictStr = Field(pattern=r"^[^/\\]+$")  # a plain file name inside the prepared directory
+    num_cases: int = Field(ge=0)
+    sha256: StrictStr = Field(pattern=r"^[0-9a-f]{64}$")
+    bytes: int = Field(ge=0)
+
+
+class _Split(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    cases: list[StrictStr]
+    num_cases: int = Field(ge=0)
+    shards: list[_Shard]
+
+
+class _Source(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    path: StrictStr
+
+
+class _Info(BaseModel):
+    """The structure of ``info.json`` (what the loader, evaluation and inference rely on)."""
+
+    model_config = ConfigDict(extra="allow")
+    format: StrictStr
+    source: _Source
+    shape: tuple[int, int, int]
+    channels: int = Field(ge=1)
+    modalities: list[StrictStr]
+    labels: dict[str, StrictStr]
+    label_mode: Literal["binary", "multiclass"]
+    num_classes: int = Field(ge=1)
+    preprocessing: dict[str, Any]
+    splits: dict[Literal["train", "val", "test"], _Split]
+
+
 def load_manifest(root: str | Path) -> Manifest:
-    """Read ``info.json`` of a prepared directory.
+    """Read and check ``info.json`` of a prepared directory.
 
     Raises:
-        DataError: when the directory or its manifest is missing or of another format.
+        DataError: when the directory or its manifest is missing, of another format or
+            malformed (naming the field), or a shard it lists is missing.
     """
+    from distmis.documents import read_json, validate_document
+
     root = Path(root)
     path = root / MANIFEST
     if not path.is_file():
         raise DataError(f"{path}: missing; run `distmis prepare` first")
-    info = json.loads(path.read_text(encoding="utf-8"))
-    if info.get("format") != FORMAT:
-        raise DataError(f"{path}: format {info.get('format')!r}, expected {FORMAT!r}")
-    for split in info["splits"].values():
-        for shard in split["shards"]:
-            if not (root / shard["file"]).is_file():
-                raise DataError(f"{root / shard['file']}: listed in {path} but missing")
+    info = read_json(path, error=DataError, what="a distmis info.json object")
+    if not isinstance(info, dict) or info.get("format") != FORMAT:
+        found = info.get("format") if isinstance(info, dict) else type(info).__name__
+        raise DataError(f"{path}: format {found!r}, expected {FORMAT!r} (written by distmis prepare)")
+    checked = validate_document(_Info, info, path, error=DataError)
+    if any(s <= 0 for s in checked.shape):
+        raise DataError(f"{path}: shape: expected 3 positive integers, got {list(checked.shape)}")
+    if checked.channels != len(checked.modalities):
+        raise DataError(f"{path}: channels {checked.channels} but {len(checked.modalities)} modalities")
+    for name, split in checked.splits.items():
+        if split.num_cases != len(split.cases) or split.num_cases != sum(s.num_cases for s in split.shards):
+            raise DataError(f"{path}: splits.{name}: num_cases {split.num_cases} does not match its cases "
+                            f"({len(split.cases)}) and shards ({sum(s.num_cases for s in split.shards)})")
+        for shard in split.shards:
+            if not (root / shard.file).is_file():
+                raise DataError(f"{root / shard.file}: listed in {path} but missing")
     return Manifest(root=root, info=info)
+
+
+# shards whose checksum was verified in this process: (path, size, mtime) -> ok
+_VERIFIED: set[tuple[str, int, int]] = set()
+STAMPS = "verified-shards.json"
+
+
+def _stamp_file() -> Path:
+    """Where verified checksums are remembered across processes (the data cache directory):
+    every trial actor of a search would otherwise hash the whole dataset again."""
+    import os
+
+    home = os.environ.get("DISTMIS_DATA_HOME")
+    return (Path(home).expanduser() if home else Path("~/.cache/distmis").expanduser()) / STAMPS
+
+
+def _read_stamps() -> dict[str, list[Any]]:
+    import json
+
+    try:
+        data = json.loads(_stamp_file().read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def verify_shards(manifest: Manifest, split: str) -> None:
+    """Check the sha256 recorded in ``info.json`` of every shard of ``split``, once per file version.
+
+    A damaged or replaced shard is named here, before training, instead of surfacing as a
+    TensorFlow ``DataLossError`` in the middle of an epoch (or not at all). A shard whose
+    size and modification time match an earlier successful check (this process, or any
+    process using the same data cache) is not hashed again.
+
+    Raises:
+        DataError: naming the shard, the expected and the found checksum.
+    """
+    import hashlib
+
+    stamps: dict[str, list[Any]] | None = None
+    for shard in manifest.info["splits"].get(split, {}).get("shards", []):
+        path = manifest.root / shard["file"]
+        st = path.stat()
+        key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+        if key in _VERIFIED:
+            continue
+        if st.st_size != shard["bytes"]:
+            raise DataError(f"{path}: {st.st_size} bytes, info.json records {shard['bytes']}: the shard is damaged "
+                            "or was replaced; prepare the dataset again")
+        stamps = _read_stamps() if stamps is None else stamps
+        if stamps.get(key[0]) == [st.st_size, st.st_mtime_ns, shard["sha256"]]:
+            _VERIFIED.add(key)
+            continue
+        h = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        if h.hexdigest() != shard["sha256"]:
+            raise DataError(f"{path}: sha256 {h.hexdigest()[:16]}..., info.json records {shard['sha256'][:16]}...: "
+                            "the shard is damaged or was replaced; prepare the dataset again")
+        _VERIFIED.add(key)
+        stamps[key[0]] = [st.st_size, st.st_mtime_ns, shard["sha256"]]
+        _remember(stamps)
+
+
+def _remember(stamps: dict[str, list[Any]]) -> None:
+    import contextlib
+    import json
+
+    from distmis.files import write_text_atomic
+
+    with contextlib.suppress(OSError):  # a read-only cache only costs a re-check later
+        write_text_atomic(_stamp_file(), json.dumps(stamps))
 
 
 def _parse_fn(manifest: Manifest):  # noqa: ANN202 - returns a tf.function-compatible callable
@@ -171,6 +293,7 @@ def make_dataset(
     files = manifest.files(split)
     if not files:
         raise DataError(f"{manifest.root}: split {split!r} has no cases")
+    verify_shards(manifest, split)
     n_cases = manifest.num_cases(split)
     if training and n_cases < num_shards:
         raise DataError(f"split {split!r} has {n_cases} cases, fewer than the {num_shards} workers reading it")

@@ -6,11 +6,12 @@ tarballs contain macOS AppleDouble files (``._BRATS_001.nii.gz``) next to the re
 
 from __future__ import annotations
 
-import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, StrictStr
 
 from distmis.exceptions import DataError
 
@@ -48,59 +49,199 @@ def case_id_of(path: str | Path) -> str:
     return name
 
 
+class _TrainingEntry(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    image: StrictStr
+    label: StrictStr
+
+
+class _DatasetJson(BaseModel):
+    """The structure of an MSD ``dataset.json`` (other fields are kept, not checked)."""
+
+    model_config = ConfigDict(extra="allow")
+    modality: dict[str, StrictStr]
+    labels: dict[str, StrictStr]
+    training: list[_TrainingEntry]
+    test: list[StrictStr] = []
+
+
+#: label maps are stored as uint8 in prepared data (and written as uint8 by predict)
+MAX_LABEL = 255
+
+
+def _int_keys(mapping: dict[str, str], field: str, path: Path) -> dict[int, str]:
+    out: dict[int, str] = {}
+    for key, value in mapping.items():
+        try:
+            number = int(key)
+        except ValueError:
+            raise DataError(f"{path}: {field}: keys must be integers written as strings, got {key!r}") from None
+        out[number] = value
+    return out
+
+
+def _case_path(root: Path, given: str, where: str, path: Path) -> Path:
+    """``root / given`` for a relative path that stays inside the dataset directory.
+
+    A shared ``dataset.json`` must not make distmis read (or later overwrite beside) files
+    elsewhere: absolute paths and ``..`` escapes are refused.
+    """
+    if not given.strip():
+        raise DataError(f"{path}: {where}: empty path")
+    if os.path.isabs(given) or given.startswith("~"):
+        raise DataError(f"{path}: {where}: {given!r} is absolute; paths must be relative to the dataset directory")
+    normal = os.path.normpath(given)
+    if normal == ".." or normal.startswith(".." + os.sep):
+        raise DataError(f"{path}: {where}: {given!r} leaves the dataset directory {root}")
+    return root / normal
+
+
 def read_dataset_json(root: str | Path) -> MsdDataset:
     """Parse and check ``root/dataset.json``; every listed file must exist.
+
+    Checked like nnU-Net's dataset integrity check: the structure and types of every field,
+    no duplicate keys, relative paths inside the dataset, unique case ids, no label file
+    shared by two cases, no test case that is also a training case, label values that fit
+    the uint8 label maps distmis stores.
 
     Raises:
         DataError: naming the file and the field that is missing or wrong.
     """
+    from distmis.documents import load_json_document
+
     root = Path(root)
     path = root / "dataset.json"
     if not path.is_file():
         raise DataError(f"{path}: missing; an MSD dataset directory must contain dataset.json")
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path}: not valid JSON: {exc}") from None
-    if not isinstance(meta, dict):
-        raise DataError(f"{path}: expected a JSON object")
-    for key in ("modality", "labels", "training"):
-        if key not in meta:
-            raise DataError(f"{path}: missing field {key!r} (MSD dataset.json needs modality, labels, training)")
-    try:
-        modalities = tuple(str(v) for _, v in sorted(meta["modality"].items(), key=lambda kv: int(kv[0])))
-        labels = {int(k): str(v) for k, v in meta["labels"].items()}
-    except (AttributeError, ValueError) as exc:
-        raise DataError(f"{path}: 'modality' and 'labels' must map integer strings to names ({exc})") from None
+    meta = load_json_document(_DatasetJson, path, error=DataError, what="an MSD dataset.json object")
+    modality_keys = _int_keys(meta.modality, "modality", path)
+    if sorted(modality_keys) != list(range(len(modality_keys))):
+        raise DataError(f"{path}: modality: keys must be 0..{len(modality_keys) - 1}, got {sorted(meta.modality)}")
+    modalities = tuple(modality_keys[k] for k in sorted(modality_keys))
     if not modalities:
-        raise DataError(f"{path}: 'modality' is empty; expected at least one modality")
+        raise DataError(f"{path}: modality: empty; expected at least one modality")
+    labels = _int_keys(meta.labels, "labels", path)
     if 0 not in labels:
-        raise DataError(f"{path}: 'labels' must declare 0 (background), got {sorted(labels)}")
+        raise DataError(f"{path}: labels: must declare 0 (background), got {sorted(labels)}")
+    bad = [k for k in labels if not 0 <= k <= MAX_LABEL]
+    if bad:
+        raise DataError(f"{path}: labels: declares {bad}, but label maps are stored as uint8 (0..{MAX_LABEL}); "
+                        f"{bad[0]} would silently become {bad[0] % 256}")
+    if not meta.training:
+        raise DataError(f"{path}: training: empty; expected at least one case")
 
     training: list[MsdCase] = []
-    for i, entry in enumerate(meta["training"]):
-        if not isinstance(entry, dict) or "image" not in entry or "label" not in entry:
-            raise DataError(f"{path}: training[{i}] must be an object with 'image' and 'label'")
-        training.append(MsdCase(case_id_of(entry["image"]), root / entry["image"], root / entry["label"]))
-    test = [MsdCase(case_id_of(p), root / p, None) for p in meta.get("test", [])]
-    if not training:
-        raise DataError(f"{path}: 'training' is empty")
-    ids = [c.case_id for c in training]
-    if len(set(ids)) != len(ids):
-        raise DataError(f"{path}: duplicate case ids in 'training'")
+    for i, entry in enumerate(meta.training):
+        image = _case_path(root, entry.image, f"training[{i}].image", path)
+        label = _case_path(root, entry.label, f"training[{i}].label", path)
+        training.append(MsdCase(case_id_of(image), image, label))
+    test = [MsdCase(case_id_of(p), _case_path(root, p, f"test[{i}]", path), None) for i, p in enumerate(meta.test)]
+
+    ids: dict[str, int] = {}
+    label_owner: dict[Path, str] = {}
+    for i, case in enumerate(training):
+        if case.case_id in ids:
+            raise DataError(f"{path}: training[{ids[case.case_id]}] and training[{i}] are both case {case.case_id!r}: "
+                            "duplicate case ids")
+        ids[case.case_id] = i
+        assert case.label is not None
+        key = Path(os.path.normpath(case.label))
+        if key in label_owner:
+            raise DataError(f"{path}: cases {label_owner[key]!r} and {case.case_id!r} share the label file "
+                            f"{case.label}; every case needs its own label")
+        label_owner[key] = case.case_id
+        if Path(os.path.normpath(case.image)) == key:
+            raise DataError(f"{path}: case {case.case_id!r} uses {case.image} as both image and label")
+    train_images = {Path(os.path.normpath(c.image)): c.case_id for c in training}
+    for i, case in enumerate(test):
+        clash = train_images.get(Path(os.path.normpath(case.image))) or (case.case_id if case.case_id in ids else None)
+        if clash:
+            raise DataError(f"{path}: test[{i}] ({case.image.name}) is also training case {clash!r}: a test case "
+                            "must not be trained on")
     for case in training:
         for f in (case.image, case.label):
             if not f.is_file():
                 raise DataError(f"{f}: listed in {path} but missing")
     return MsdDataset(
         root=root,
-        name=str(meta.get("name", root.name)),
-        description=str(meta.get("description", "")),
+        name=str(getattr(meta, "name", None) or root.name),
+        description=str(getattr(meta, "description", None) or ""),
         modalities=modalities,
         labels=labels,
         training=tuple(training),
         test=tuple(test),
     )
+
+
+# --------------------------------------------------------------------------- geometry
+#: tolerances of the image/label geometry check (nnU-Net compares with np.allclose as well;
+#: these absorb the float noise of different writers, not real differences)
+SPACING_RTOL = 1e-4
+ORIGIN_ATOL_MM = 1e-3
+DIRECTION_ATOL = 1e-4
+
+
+def _geometry(affine: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(spacing, origin, direction cosines) of a NIfTI affine."""
+    linear = np.asarray(affine, dtype=float)[:3, :3]
+    spacing = np.linalg.norm(linear, axis=0)
+    direction = linear / np.where(spacing > 0, spacing, 1.0)
+    return spacing, np.asarray(affine, dtype=float)[:3, 3], direction
+
+
+def geometry_difference(image_affine: np.ndarray, label_affine: np.ndarray) -> str | None:
+    """How two voxel grids differ (spacing, origin, axis direction), or ``None`` if they agree."""
+    si, oi, di = _geometry(image_affine)
+    sl, ol, dl = _geometry(label_affine)
+    if not np.allclose(si, sl, rtol=SPACING_RTOL, atol=0):
+        return f"spacing {tuple(np.round(si, 4))} mm vs {tuple(np.round(sl, 4))} mm"
+    if not np.allclose(di, dl, atol=DIRECTION_ATOL):
+        flipped = [ax for ax in range(3) if np.allclose(di[:, ax], -dl[:, ax], atol=DIRECTION_ATOL)]
+        if flipped:
+            names = ", ".join("xyz"[ax] + (" (left-right)" if ax == 0 else "") for ax in flipped)
+            return f"axis direction: the label's {names} axis is flipped"
+        return f"axis direction: {np.round(di, 3).tolist()} vs {np.round(dl, 3).tolist()}"
+    if not np.allclose(oi, ol, atol=ORIGIN_ATOL_MM):
+        return f"origin {tuple(np.round(oi, 3))} mm vs {tuple(np.round(ol, 3))} mm"
+    return None
+
+
+def check_case_headers(case: MsdCase, num_modalities: int) -> None:
+    """Check one case from the NIfTI headers alone (no voxel data read): modality count,
+    image/label shape and geometry. Cheap enough to run on every case before any work starts.
+
+    Raises:
+        DataError: naming both files and the difference.
+    """
+    import nibabel as nib
+
+    try:
+        image = nib.load(str(case.image))
+    except Exception as exc:  # noqa: BLE001 - nibabel raises many types for a damaged header
+        raise DataError(f"{case.image}: cannot read NIfTI header ({type(exc).__name__}: {exc})") from None
+    shape = tuple(int(s) for s in image.shape)
+    if len(shape) == 3:
+        shape = (*shape, 1)
+    if len(shape) != 4:
+        raise DataError(f"{case.image}: expected a 3D or 4D image, got shape {shape}")
+    if shape[-1] != num_modalities:
+        raise DataError(f"{case.image}: expected {num_modalities} modalities as declared in dataset.json, got "
+                        f"{shape[-1]} (shape {shape})")
+    if case.label is None:
+        return
+    try:
+        label = nib.load(str(case.label))
+    except Exception as exc:  # noqa: BLE001
+        raise DataError(f"{case.label}: cannot read NIfTI header ({type(exc).__name__}: {exc})") from None
+    lshape = tuple(int(s) for s in label.shape)
+    if len(lshape) == 4 and lshape[-1] == 1:
+        lshape = lshape[:3]
+    if lshape != shape[:3]:
+        raise DataError(f"{case.label}: label shape {lshape} does not match image shape {shape[:3]} of {case.image}")
+    diff = geometry_difference(image.affine, label.affine)
+    if diff:
+        raise DataError(f"{case.label}: not aligned with its image {case.image}: {diff}; a misaligned label would "
+                        "be trained on and scored as if it matched")
 
 
 def load_nifti(path: Path, *, dtype: type = np.float32) -> tuple[np.ndarray, np.ndarray, object]:
@@ -136,8 +277,29 @@ def load_case_image(path: Path, num_modalities: int) -> tuple[np.ndarray, np.nda
     return data, affine, header
 
 
+def content_warnings(image_path: Path, image: np.ndarray, label_path: Path | None, label: np.ndarray | None,
+                     modalities: tuple[str, ...] | list[str]) -> list[str]:
+    """What is suspicious but not wrong: a constant image channel (z-scoring makes it all
+    zeros, so the model sees nothing there) and a label with no foreground at all."""
+    found = []
+    for c in range(image.shape[-1]):
+        channel = image[..., c]
+        lo, hi = float(channel.min()), float(channel.max())
+        if lo == hi:
+            name = modalities[c] if c < len(modalities) else f"channel {c}"
+            what = "all zero" if lo == 0 else f"constant ({lo:g})"
+            found.append(f"{image_path}: channel {c} ({name}) is {what}; after normalisation it carries no information")
+    if label is not None and label_path is not None and not np.any(label):
+        found.append(f"{label_path}: all background (no foreground voxel)")
+    return found
+
+
 def load_case_label(path: Path, spatial_shape: tuple[int, ...], labels: dict[int, str]) -> np.ndarray:
-    """Load a label map as (X, Y, Z) int and check shape and declared label values."""
+    """Load a label map as (X, Y, Z) uint8 and check shape and declared label values.
+
+    Values are checked before the cast, so a value that does not fit uint8 is an error
+    instead of wrapping around (300 would become 44).
+    """
     data, _, _ = load_nifti(path, dtype=np.float32)
     if data.ndim == 4 and data.shape[-1] == 1:
         data = data[..., 0]

@@ -18,8 +18,15 @@ from typing import Any
 
 import numpy as np
 
-from distmis._fsutil import atomic_directory, write_json_atomic
-from distmis.data._msd import MsdCase, load_case_image, load_case_label, read_dataset_json
+from distmis.files import atomic_directory, check_output, check_replaceable, write_json_atomic
+from distmis.data._msd import (
+    MsdCase,
+    check_case_headers,
+    content_warnings,
+    load_case_image,
+    load_case_label,
+    read_dataset_json,
+)
 from distmis.exceptions import DataError
 
 MANIFEST = "info.json"
@@ -82,12 +89,21 @@ def preprocess_label(label: np.ndarray, shape: tuple[int, int, int], resize: str
 
 # --------------------------------------------------------------------------- per-case worker
 def _prepare_case(
-    case: MsdCase, num_modalities: int, labels: dict[int, str], shape: tuple[int, int, int], resize: str, label_mode: str
-) -> tuple[str, np.ndarray, np.ndarray]:
-    image, _, _ = load_case_image(case.image, num_modalities)
+    case: MsdCase, modalities: tuple[str, ...], labels: dict[int, str], shape: tuple[int, int, int], resize: str,
+    label_mode: str,
+) -> tuple[str, np.ndarray, np.ndarray, list[str]]:
+    image, _, _ = load_case_image(case.image, len(modalities))
     assert case.label is not None
     label = load_case_label(case.label, image.shape[:3], labels)
-    return case.case_id, preprocess_image(image, shape, resize), preprocess_label(label, shape, resize, label_mode)
+    warnings = content_warnings(case.image, image, case.label, label, modalities)
+    return (case.case_id, preprocess_image(image, shape, resize), preprocess_label(label, shape, resize, label_mode),
+            warnings)
+
+
+def _print_warning(text: str) -> None:
+    import sys
+
+    print(f"distmis: warning: {text}", file=sys.stderr, flush=True)
 
 
 def split_cases(case_ids: list[str], fractions: tuple[float, float, float], seed: int) -> dict[str, list[str]]:
@@ -148,24 +164,25 @@ def prepare_dataset(
     workers: int | None = None,
     overwrite: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Preprocess an MSD dataset into ``out`` and return its manifest.
 
+    ``warn`` receives what is suspicious but not wrong (a constant channel, a label without
+    foreground); by default it is printed to stderr as ``distmis: warning: ...``.
+
     Raises:
-        DataError: bad ``dataset.json``, missing/corrupt/inconsistent files, OUT not writable
-            or already present (unless ``overwrite``). Nothing is left at ``out`` then.
+        DataError: bad ``dataset.json``, missing/corrupt/inconsistent files (a label not
+            aligned with its image included), OUT not writable. Nothing is left at ``out``.
+        OutputError: OUT is or lies inside the source, or exists and distmis did not write it
+            (or ``overwrite`` was not given).
     """
     src, out = Path(src), Path(out)
     dataset = read_dataset_json(src)
-    if out.exists() and not overwrite:
-        raise DataError(f"{out}: already exists; remove it or pass --overwrite")
-    parent = out.parent if out.parent != Path("") else Path(".")
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise DataError(f"{out}: cannot create output directory ({exc.strerror})") from None
-    if not os.access(parent, os.W_OK):
-        raise DataError(f"{out}: parent directory {parent} is not writable")
+    check_output(out, option="OUT", inputs={"source dataset": src})
+    check_replaceable(out, option="OUT", overwrite=overwrite)
+    for case in dataset.training:  # headers only: every misaligned case is found before any work
+        check_case_headers(case, dataset.num_modalities)
 
     splits = split_cases([c.case_id for c in dataset.training], split, seed)
     by_id = {c.case_id: c for c in dataset.training}
@@ -191,14 +208,14 @@ def prepare_dataset(
     total = len(dataset.training)
     done = 0
     try:
-        with atomic_directory(out, overwrite=overwrite) as tmp:
+        with atomic_directory(out, command="prepare", overwrite=overwrite) as tmp:
             # spawn, not fork: the parent has TensorFlow's thread pools running, and forking those is unsafe
             with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
                 # submit every case first: workers start reading while TensorFlow is imported here
                 futures = {
                     name: [
                         pool.submit(
-                            _prepare_case, by_id[cid], dataset.num_modalities, dataset.labels, shape, resize, label_mode
+                            _prepare_case, by_id[cid], dataset.modalities, dataset.labels, shape, resize, label_mode
                         )
                         for cid in splits[name]
                     ]
@@ -215,7 +232,9 @@ def prepare_dataset(
                         counts = [0] * n_shards
                         try:
                             for i, fut in enumerate(futures[name]):  # in order: shard assignment is deterministic
-                                case_id, image, label = fut.result()
+                                case_id, image, label, case_warnings = fut.result()
+                                for text in case_warnings:
+                                    (warn or _print_warning)(text)
                                 writers[i % n_shards].write(_serialize(case_id, image, label))
                                 counts[i % n_shards] += 1
                                 done += 1
@@ -240,8 +259,6 @@ def prepare_dataset(
                     pool.shutdown(wait=True, cancel_futures=True)  # one bad case: do not process the rest
                     raise
             write_json_atomic(tmp / MANIFEST, manifest)
-    except FileExistsError:
-        raise DataError(f"{out}: already exists; remove it or pass --overwrite") from None
     except PermissionError as exc:
         raise DataError(f"{out}: not writable ({exc})") from None
     return manifest

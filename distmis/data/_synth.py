@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from distmis._fsutil import atomic_directory, write_json_atomic
+from distmis.files import atomic_directory, write_json_atomic
 
 MODALITIES = ("FLAIR", "T1w", "t1gd", "T2w")
 LABELS = {0: "background", 1: "edema", 2: "non-enhancing tumor", 3: "enhancing tumour"}
@@ -95,7 +95,7 @@ def write_synthetic_msd(
     names = tuple(MODALITIES[i] if i < len(MODALITIES) else f"mod{i}" for i in range(modalities))
     rng = np.random.default_rng(seed)
     affine = np.diag([1.0, 1.0, 1.0, 1.0])
-    with atomic_directory(out, overwrite=overwrite) as tmp:
+    with atomic_directory(out, command="synth", overwrite=overwrite) as tmp:
         for sub in ("imagesTr", "labelsTr", "imagesTs"):
             (tmp / sub).mkdir()
         training, test = [], []

@@ -13,9 +13,10 @@ def read_case(prepared: str | Path, split: str, index: int) -> tuple[str, np.nda
     """Return (case_id, image (X,Y,Z,C), label (X,Y,Z) ints, modality names) of one prepared case."""
     import tensorflow as tf
 
-    from distmis.data._loader import load_manifest
+    from distmis.data._loader import load_manifest, verify_shards
 
     manifest = load_manifest(prepared)
+    verify_shards(manifest, split)
     n = manifest.num_cases(split)
     if not 0 <= index < n:
         raise DataError(f"{manifest.root}: split {split!r} has {n} cases, --case {index} is out of range")
@@ -53,32 +54,67 @@ def _draw(fig, axes, image: np.ndarray, label: np.ndarray, names: list[str], z: 
     ax.axis("off")
 
 
-def render_case(prepared: str | Path, out: str | Path, *, split: str = "train", index: int = 0) -> Path:
-    """Write a PNG (middle slice through the tumour) or an animated GIF (all slices) of a case."""
+OUTPUT_SUFFIXES = (".png", ".gif")
+
+
+def render_case(prepared: str | Path, out: str | Path, *, split: str = "train", index: int = 0,
+                overwrite: bool = False) -> Path:
+    """Write a PNG (the slice with the most tumour) or an animated GIF (all slices) of a case.
+
+    The file carries distmis' signature (PNG ``Software`` text, GIF comment), so that
+    ``--overwrite`` can tell it from a picture the user made.
+
+    Raises:
+        OutputError: OUT is not .png/.gif, lies in the prepared directory, or exists (and is
+            not a distmis picture, or ``overwrite`` was not given).
+        DataError: the case does not exist or the prepared directory is damaged.
+    """
+    from distmis import __version__
+    from distmis.files import atomic_file, check_output, check_replaceable
+
+    out = Path(out)
+    if out.suffix.lower() not in OUTPUT_SUFFIXES:
+        from distmis.exceptions import OutputError
+
+        raise OutputError(f"--out {out}: expected a .png or .gif file name")
+    check_output(out, option="--out", inputs={"prepared dataset": prepared})
+    check_replaceable(out, option="--out", overwrite=overwrite)
+    case_id, image, label, names = read_case(prepared, split, index)
+
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    case_id, image, label, names = read_case(prepared, split, index)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     n = image.shape[-1] + 1
     fig, axes = plt.subplots(1, n, figsize=(2.6 * n, 2.9))
     axes = np.atleast_1d(axes)
     fig.suptitle(f"{case_id} ({split})")
-    tmp = out.with_name(f".{out.stem}.tmp{out.suffix}")
-    if out.suffix.lower() == ".gif":
-        from matplotlib.animation import FuncAnimation, PillowWriter
-
-        anim = FuncAnimation(fig, lambda z: _draw(fig, axes, image, label, names, z), frames=image.shape[2])
-        anim.save(tmp, writer=PillowWriter(fps=8))
-    else:
-        per_slice = label.reshape(-1, label.shape[2]).sum(0) if label.ndim == 3 else None
-        z = int(np.argmax(per_slice)) if per_slice is not None and per_slice.max() > 0 else image.shape[2] // 2
-        _draw(fig, axes, image, label, names, z)
-        fig.tight_layout()
-        fig.savefig(tmp, dpi=100, format="png")
-    plt.close(fig)
-    tmp.replace(out)
+    signature = f"distmis visualize {__version__}"
+    try:
+        with atomic_file(out) as tmp:
+            if out.suffix.lower() == ".gif":
+                _save_gif(fig, axes, image, label, names, tmp, signature)
+            else:
+                per_slice = label.reshape(-1, label.shape[2]).sum(0)
+                z = int(np.argmax(per_slice)) if per_slice.max() > 0 else image.shape[2] // 2
+                _draw(fig, axes, image, label, names, z)
+                fig.tight_layout()
+                fig.savefig(tmp, dpi=100, format="png", metadata={"Software": signature})
+    finally:
+        plt.close(fig)
     return out
+
+
+def _save_gif(fig, axes, image: np.ndarray, label: np.ndarray, names: list[str], path: Path,  # noqa: ANN001
+              signature: str) -> None:
+    """All slices as an animated GIF, with ``signature`` as its comment (Pillow writes it)."""
+    from PIL import Image
+
+    frames = []
+    for z in range(image.shape[2]):
+        _draw(fig, axes, image, label, names, z)
+        fig.canvas.draw()
+        frames.append(Image.fromarray(np.asarray(fig.canvas.buffer_rgba())).convert("P", palette=Image.ADAPTIVE))
+    frames[0].save(path, format="GIF", save_all=True, append_images=frames[1:], duration=125, loop=0,
+                   comment=signature.encode())

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from distmis._fsutil import atomic_directory, write_json_atomic
+from distmis.files import atomic_directory, atomic_file, check_output, check_replaceable, write_json_atomic
 from distmis.data._msd import MsdCase, load_case_label, load_nifti, read_dataset_json
 from distmis.exceptions import DataError, InferenceError
 from distmis.inference._metrics import METRICS, mask_metrics, summarise
@@ -44,6 +44,15 @@ class EvaluationResult:
     mlflow_run_id: str | None = None
 
 
+def raw_dataset(source: Path) -> Path:
+    """The raw MSD directory behind ``source`` (a prepared directory's recorded source, or itself)."""
+    if (source / "info.json").is_file():
+        from distmis.data import load_manifest
+
+        return Path(load_manifest(source).info["source"]["path"])
+    return source
+
+
 def evaluation_cases(source: Path, split: str) -> list[MsdCase]:
     """The labelled raw cases of ``split``: from a prepared directory (``info.json``) or, for an
     MSD directory (``dataset.json``), every training case when ``split`` is ``all``."""
@@ -53,7 +62,7 @@ def evaluation_cases(source: Path, split: str) -> list[MsdCase]:
         manifest = load_manifest(source)
         splits = manifest.info.get("splits", {})
         if split not in splits:
-            raise DataError(f"{source / 'info.json'}: no split {split!r}; it has {sorted(splits)}")
+            raise DataError(f"--split {split}: {source / 'info.json'} has no such split; it has {sorted(splits)}")
         ids = list(splits[split].get("cases", []))
         if not ids:
             raise DataError(f"{source / 'info.json'}: split {split!r} has no cases")
@@ -67,8 +76,8 @@ def evaluation_cases(source: Path, split: str) -> list[MsdCase]:
     if (source / "dataset.json").is_file():
         if split != "all":
             raise DataError(
-                f"{source}: an MSD directory has no {split!r} split; pass --split all, or the prepared directory"
-            )
+                f"--split {split}: {source} is an MSD directory, which has no splits; pass --split all, or the "
+                "prepared directory")
         return list(read_dataset_json(source).training)
     raise DataError(f"{source}: expected a prepared directory (info.json) or an MSD directory (dataset.json)")
 
@@ -133,10 +142,11 @@ def plot_cases(record: ModelRecord, cases: list[tuple[MsdCase, Path]], out: Path
             ax.set_title(f"{case.case_id} {title} (z={z})", fontsize=8)
             ax.axis("off")
     fig.tight_layout()
-    tmp = out.with_name(f".{out.name}.tmp.png")
-    fig.savefig(tmp, dpi=90)
+    from distmis import __version__
+
+    with atomic_file(out) as tmp:
+        fig.savefig(tmp, dpi=90, format="png", metadata={"Software": f"distmis evaluate {__version__}"})
     plt.close(fig)
-    tmp.replace(out)
     return out
 
 
@@ -174,9 +184,11 @@ def evaluate(
     record = read_model_record(model_dir)
     cases = evaluation_cases(source, split)
     out = Path(out) if out is not None else model_dir.parent / f"evaluate-{split}"
-    if out.exists() and not overwrite:
-        raise InferenceError(f"{out}: already exists; pass --overwrite or choose another --out")
-    with atomic_directory(out, overwrite=overwrite) as tmp:
+    check_output(out, option="--out", inputs={"model": model_dir, "data": source, "raw dataset": raw_dataset(source)})
+    check_replaceable(out, option="--out", overwrite=overwrite)
+    options.check()
+    options.resolved_patch(record)
+    with atomic_directory(out, command="evaluate", overwrite=overwrite, option="--out") as tmp:
         jobs = [CaseJob(c.case_id, c.image, tmp / "predictions" / f"{c.case_id}.nii.gz") for c in cases]
         outcomes = predict_cases(model_dir, jobs, options, workers=workers, address=address,
                                  cpus_per_worker=cpus_per_worker, gpus_per_worker=gpus_per_worker, on_done=on_done)
@@ -247,9 +259,9 @@ def log_evaluation(model_dir: Path, out: Path, summary: dict[str, Any]) -> str |
     if info is None:
         return None
     try:
-        from mlflow.tracking import MlflowClient
+        from distmis.tracking import mlflow_client, reattach_uri
 
-        client = MlflowClient(tracking_uri=info["tracking_uri"])
+        client = mlflow_client(reattach_uri(info["tracking_uri"], None, None, model_dir))
         tags = {
             "mlflow.parentRunId": info["parent_run_id"],
             "distmis.kind": "evaluation",

@@ -1,7 +1,7 @@
 """Load a trained model directory (``best/`` of a run or a search) for inference.
 
 A model directory is what training writes: ``config.yaml`` (the architecture),
-``weights.npz`` (every model variable, in ``model.weights`` order) and
+``weights.npz`` (every model variable, keyed by its path) and
 ``preprocessing.json`` (what was done to the raw NIfTI before training). Without the last
 one a prediction would silently use different intensities than training saw, so it is
 required, not guessed.
@@ -9,13 +9,15 @@ required, not guessed.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, model_validator
+
+from distmis.documents import load_json_document
 from distmis.exceptions import ConfigError, InferenceError
 
 if TYPE_CHECKING:
@@ -24,7 +26,30 @@ if TYPE_CHECKING:
     from distmis.config import ExperimentConfig
 
 REQUIRED = ("config.yaml", "weights.npz", "preprocessing.json")
-_PREPROCESSING_KEYS = ("channels", "modalities", "label_mode", "num_classes", "normalisation", "resize", "shape")
+
+
+class _Preprocessing(BaseModel):
+    """The structure of ``preprocessing.json``: what inference must redo to raw scans."""
+
+    model_config = ConfigDict(extra="allow")
+    channels: int = Field(ge=1)
+    modalities: list[StrictStr]
+    labels: dict[str, StrictStr] = {}
+    label_mode: Literal["binary", "multiclass"]
+    num_classes: int = Field(ge=1)
+    normalisation: StrictStr
+    resize: Literal["crop_pad", "resample"]
+    shape: tuple[int, int, int]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "_Preprocessing":
+        if any(s < 1 for s in self.shape):
+            raise ValueError(f"shape must be 3 positive integers, got {list(self.shape)}")
+        if len(self.modalities) != self.channels:
+            raise ValueError(f"channels {self.channels} but {len(self.modalities)} modalities")
+        if (self.label_mode == "binary") != (self.num_classes == 1):
+            raise ValueError(f"label_mode {self.label_mode!r} does not go with num_classes {self.num_classes}")
+        return self
 
 
 @dataclass(frozen=True)
@@ -81,15 +106,7 @@ def read_model_record(directory: str | Path) -> ModelRecord:
     except ConfigError as exc:
         raise InferenceError(f"{directory / 'config.yaml'}: {exc}") from None
     path = directory / "preprocessing.json"
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InferenceError(f"{path}: not valid JSON ({exc})") from None
-    absent = [k for k in _PREPROCESSING_KEYS if k not in record]
-    if absent:
-        raise InferenceError(f"{path}: missing field(s) {absent}; expected {list(_PREPROCESSING_KEYS)}")
-    if record["resize"] not in ("crop_pad", "resample"):
-        raise InferenceError(f"{path}: resize must be crop_pad or resample, got {record['resize']!r}")
+    record = load_json_document(_Preprocessing, path, error=InferenceError, what="a preprocessing record").model_dump()
     return ModelRecord(directory=directory, config=config, preprocessing=record)
 
 
@@ -101,24 +118,17 @@ def build_model(record: ModelRecord) -> "keras.Model":
     """
     import keras
 
+    from distmis.exceptions import TrainingError
     from distmis.model import build_unet
-    from distmis.training import load_arrays
+    from distmis.training import assign_by_path, load_arrays
 
     keras.mixed_precision.set_global_policy("float32")
     model = build_unet(record.config.model, channels=record.channels, num_classes=record.num_classes)
     path = record.directory / "weights.npz"
     try:
-        arrays = load_arrays(path)
-    except Exception as exc:  # numpy raises BadZipFile, ValueError, EOFError... for a damaged file
-        raise InferenceError(f"{path}: cannot read weights ({type(exc).__name__}: {exc})") from None
-    weights = [np.asarray(arrays[k]) for k in sorted(k for k in arrays if k.startswith("model/"))]
-    expected = [tuple(v.shape) for v in model.weights]
-    if [tuple(w.shape) for w in weights] != expected:
-        raise InferenceError(
-            f"{path}: holds {len(weights)} arrays that do not match the model in config.yaml "
-            f"({len(expected)} variables); was the directory assembled from different runs?"
-        )
-    model.set_weights(weights)
+        assign_by_path(model.weights, load_arrays(path), prefix="model/", source=str(path))
+    except TrainingError as exc:
+        raise InferenceError(f"{exc} (was the directory assembled from different runs?)") from None
     return model
 
 

@@ -26,6 +26,7 @@ import numpy as np
 from distmis.data._msd import case_id_of, load_case_image
 from distmis.data._prepare import resample, zscore_nonzero
 from distmis.exceptions import DistmisError, InferenceError
+from distmis.files import atomic_file, check_output, check_replaceable
 from distmis.inference._model import ModelRecord, build_model, make_predict_fn, read_model_record
 from distmis.inference._window import BLENDS, sliding_window_predict
 
@@ -115,21 +116,22 @@ def probabilities_to_labels(probs: np.ndarray, threshold: float = 0.5) -> np.nda
 
 
 def write_segmentation(labels: np.ndarray, affine: np.ndarray, header: Any, out: Path) -> None:
-    """Write labels with the source's affine and header (uint8, 3D), atomically."""
+    """Write labels with the source's affine and header (uint8, 3D), atomically.
+
+    The header's ``descrip`` says ``distmis predict``: that is how a later ``--overwrite``
+    tells a segmentation distmis wrote from a scan it must never replace.
+    """
     import nibabel as nib
+
+    from distmis import __version__
 
     header = header.copy()
     header.set_data_dtype(np.uint8)
     img = nib.Nifti1Image(labels.astype(np.uint8), affine, header=header)
     img.header.set_slope_inter(1.0, 0.0)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    suffix = ".nii.gz" if out.name.endswith(".nii.gz") else ".nii"
-    tmp = out.with_name(f".{out.name.removesuffix(suffix)}.partial{suffix}")
-    try:
+    img.header["descrip"] = f"distmis predict {__version__}".encode()[:79]
+    with atomic_file(out) as tmp:
         nib.save(img, str(tmp))
-        tmp.replace(out)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def predict_case(
@@ -167,13 +169,25 @@ def _is_nifti(path: Path) -> bool:
     return path.name.endswith((".nii.gz", ".nii")) and not path.name.startswith(".")
 
 
-def plan_jobs(inputs: Path, out: Path) -> list[CaseJob]:
+def plan_jobs(inputs: Path, out: Path, *, model_dir: Path | None = None, overwrite: bool = False) -> list[CaseJob]:
     """Input file -> one job (OUT a .nii/.nii.gz file or a directory); input directory -> every
     NIfTI in it (hidden and macOS ``._`` files skipped), written as OUT/<same name>.
 
+    OUT must not be, contain or lie inside the input or the model, and no output may replace
+    a file distmis did not write (a scan); one distmis wrote is replaced only with ``overwrite``.
+
     Raises:
         InferenceError: missing input or nothing to predict.
+        OutputError: OUT would destroy an input, or replace a file it may not.
     """
+    check_output(out, option="--out", inputs={"input scans": inputs, "model": model_dir})
+    jobs = _plan(inputs, out)
+    for job in jobs:
+        check_replaceable(job.out, option="--out", overwrite=overwrite)
+    return jobs
+
+
+def _plan(inputs: Path, out: Path) -> list[CaseJob]:
     if inputs.is_file():
         if not _is_nifti(inputs):
             raise InferenceError(f"{inputs}: expected a .nii or .nii.gz image")

@@ -1,15 +1,15 @@
 """Tracking: MLflow parent/child runs of a search, plots of its results."""
 
-from distmis.tracking._mlflow import (
-    EPOCH_METRICS,
-    PENDING_FILE,
-    STATE_FILE,
-    SearchTracker,
+from distmis.tracking._mlflow import EPOCH_METRICS, PENDING_FILE, STATE_FILE, SearchTracker, flatten
+from distmis.tracking._plots import learning_curves, optuna_plots, search_plots
+from distmis.tracking._uri import (
     default_tracking_uri,
-    flatten,
+    experiment_id,
+    mlflow_client,
+    reattach_uri,
+    redact_uri,
     resolve_tracking_uri,
 )
-from distmis.tracking._plots import learning_curves, optuna_plots, search_plots
 
 __all__ = [
     "EPOCH_METRICS",
@@ -17,9 +17,13 @@ __all__ = [
     "STATE_FILE",
     "SearchTracker",
     "default_tracking_uri",
+    "experiment_id",
     "flatten",
     "learning_curves",
+    "mlflow_client",
     "optuna_plots",
+    "reattach_uri",
+    "redact_uri",
     "resolve_tracking_uri",
     "search_plots",
 ]

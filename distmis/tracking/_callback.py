@@ -60,11 +60,17 @@ class MlflowTrialCallback(Callback):
                                   float(result.get("trial_reported_at", time.time())))
 
     def _finish(self, trial: Any, status: str) -> None:
+        from distmis.tuning._keys import FAILURE
+
         epochs = int((trial.last_result or {}).get("epoch", 0))
         last = trial.last_result or {}
+        if last.get(FAILURE):  # its configuration could not be trained: reported once, as a failure
+            status = "FAILED"
         tags = {"distmis.status": "ERROR" if status == "FAILED" else "TERMINATED",
                 "distmis.epochs": str(epochs),
                 "distmis.stopped_early": str(status != "FAILED" and epochs < self.epochs).lower()}
+        if last.get(FAILURE):
+            tags["distmis.error"] = str(last[FAILURE])[:500]
         # measured trial interval (Unix seconds): timelines and time-to-target from MLflow alone
         for key, tag in (("trial_started_at", "distmis.started_at"), ("trial_reported_at", "distmis.finished_at")):
             if last.get(key):

@@ -4,14 +4,17 @@ Ray's ``MLflowLoggerCallback`` has no parent/child runs (Ray #19978, #19909) and
 trial-to-run mapping on restore, so distmis keeps its own: a Tune callback in the driver
 (so in data-parallel trials only one process ever logs) that writes through ``MlflowClient``.
 
-Robustness, because a search must never die or lose data for its tracking server:
+Robustness, because a search must never die, slow down or lose data for its tracking server:
 
+* nothing talks to MLflow on the driver's critical path: the callback only appends to an
+  ordered queue, and a background sender thread delivers it, with exponential back-off while
+  the server is unreachable or hangs (a host that accepts connections and never answers
+  used to stall Tune's scheduling for a 10 s timeout per call);
+* the queue is kept on disk (``<out>/mlflow_pending.json``) until each operation is
+  delivered, so nothing is lost even if the driver dies; a warning is printed once;
 * the trial -> run mapping and the last logged epoch per trial live in ``<out>/mlflow.json``,
   so ``--resume`` reattaches to the same runs and never logs an epoch twice;
-* every MLflow call goes through an ordered queue; when the server is unreachable the
-  queue is kept in ``<out>/mlflow_pending.json`` (so nothing is lost, even if the driver
-  dies), a warning is printed once, training goes on, and the queue is replayed as soon as
-  a call succeeds again (and at the end of the search).
+* credentials in the tracking URI never reach the console, tags or files on disk.
 """
 
 from __future__ import annotations
@@ -20,43 +23,23 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from distmis._fsutil import write_json_atomic
 from distmis.exceptions import TrackingError
+from distmis.files import write_json_atomic
+from distmis.tracking._uri import experiment_id, mlflow_client, redact_uri
 
 STATE_FILE = "mlflow.json"
 PENDING_FILE = "mlflow_pending.json"
 EPOCH_METRICS = ("loss", "dice", "val_loss", "val_dice", "val_iou", "lr", "epoch_seconds", "train_seconds",
                  "samples_per_second")
+#: back-off between delivery attempts while MLflow does not answer (seconds, doubling)
+BACKOFF_START, BACKOFF_MAX = 1.0, 30.0
 
 _log = logging.getLogger(__name__)
-
-
-def default_tracking_uri(out: Path) -> str:
-    """A SQLite store beside the experiment directories (``runs/mlflow.db``): one UI shows every search."""
-    return f"sqlite:///{(out.parent / 'mlflow.db').resolve()}"
-
-
-def resolve_tracking_uri(cli: str | None, config_uri: str | None, out: Path) -> str:
-    """``--tracking-uri`` > the YAML's ``tracking.uri`` > ``$MLFLOW_TRACKING_URI`` > the default SQLite store."""
-    return cli or config_uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri(out)
-
-
-def _artifact_root(uri: str, experiment: str) -> str | None:
-    """For a local SQLite store, artifacts go beside the database (``mlartifacts/<experiment>``)."""
-    if uri.startswith("sqlite:///"):
-        db = Path(uri.removeprefix("sqlite:///"))
-        return (db.parent / "mlartifacts" / experiment).resolve().as_uri()
-    return None  # a tracking server decides (``--default-artifact-root`` / ``--serve-artifacts``)
-
-
-def experiment_id(client: Any, uri: str, name: str) -> str:
-    """The id of experiment ``name``, created (artifacts beside a local SQLite store) if missing."""
-    exp = client.get_experiment_by_name(name)
-    return exp.experiment_id if exp else client.create_experiment(name, artifact_location=_artifact_root(uri, name))
 
 
 def flatten(prefix: str, value: Any, out: dict[str, str]) -> dict[str, str]:
@@ -69,21 +52,188 @@ def flatten(prefix: str, value: Any, out: dict[str, str]) -> dict[str, str]:
     return out
 
 
-class SearchTracker:
-    """Parent and child runs of one search; every call is queued, persisted and retried.
+class _Channel:
+    """The queue of one search's MLflow operations and the thread that delivers it.
 
-    Picklable (Ray Tune pickles callbacks into its experiment state): the MLflow client is
-    created lazily and all state lives in files under ``out``.
+    One per search directory and process: Tune may copy the callback (and with it the
+    tracker), and every copy must feed the same queue, in order, through one sender.
+    """
+
+    _registry: dict[str, "_Channel"] = {}
+    _registry_lock = threading.Lock()
+
+    @classmethod
+    def of(cls, uri: str, out: Path) -> "_Channel":
+        key = str(Path(out).resolve())
+        with cls._registry_lock:
+            channel = cls._registry.get(key)
+            if channel is None or channel.uri != uri:
+                channel = cls._registry[key] = cls(uri, Path(out))
+            return channel
+
+    def __init__(self, uri: str, out: Path) -> None:
+        self.uri, self.out = uri, out
+        self.lock = threading.RLock()
+        self._send_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._client: Any = None
+        self._warned = False
+        self.backoff = 0.0
+        self.blocked_seconds = 0.0  # time callers spent waiting on this channel (should stay ~0)
+        state_path, pending_path = out / STATE_FILE, out / PENDING_FILE
+        self.state: dict[str, Any] = json.loads(state_path.read_text()) if state_path.is_file() else {"trials": {}}
+        self.queue: list[dict[str, Any]] = json.loads(pending_path.read_text()) if pending_path.is_file() else []
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = mlflow_client(self.uri)
+        return self._client
+
+    def save(self) -> None:
+        with self.lock:
+            write_json_atomic(self.out / STATE_FILE, self.state)
+            pending = self.out / PENDING_FILE
+            if self.queue:
+                write_json_atomic(pending, self.queue)
+            elif pending.exists():
+                pending.unlink()
+
+    def submit(self, op: dict[str, Any]) -> None:
+        """Queue ``op`` (persisted at once) and wake the sender; never waits for MLflow."""
+        start = time.monotonic()
+        with self.lock:
+            self.queue.append(op)
+            self.save()
+        self.blocked_seconds += time.monotonic() - start
+        self._ensure_sender()
+        self._wake.set()
+
+    def _ensure_sender(self) -> None:
+        with self.lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._send_loop, name="distmis-mlflow-sender", daemon=True)
+                self._thread.start()
+
+    def _send_loop(self) -> None:
+        while True:
+            self._wake.wait(timeout=5.0)
+            self._wake.clear()
+            if self.flush():
+                self.backoff = 0.0
+                continue
+            self.backoff = min(BACKOFF_MAX, max(BACKOFF_START, self.backoff * 2))
+            time.sleep(self.backoff)  # back off; new operations only queue up meanwhile
+
+    def flush(self) -> bool:
+        """Deliver queued operations in order until one fails; ``True`` when the queue is empty."""
+        with self._send_lock:
+            while True:
+                with self.lock:
+                    if not self.queue:
+                        break
+                    op = self.queue[0]
+                try:
+                    self.execute(op)
+                except Exception as exc:  # noqa: BLE001 - any client/network error: keep the op, go on training
+                    if not self._warned:
+                        print(
+                            f"distmis: warning: MLflow at {redact_uri(self.uri)} is unreachable ({type(exc).__name__}: "
+                            f"{redact_uri(str(exc).splitlines()[0][:200] if str(exc) else '')}); training goes on, "
+                            f"tracking is queued in {self.out / PENDING_FILE} and sent when the server is back",
+                            file=sys.stderr, flush=True)
+                        self._warned = True
+                    self.save()
+                    return False
+                with self.lock:
+                    if self.queue and self.queue[0] is op:
+                        self.queue.pop(0)
+            if self._warned:
+                print(f"distmis: MLflow at {redact_uri(self.uri)} reachable again; queued tracking sent",
+                      file=sys.stderr, flush=True)
+                self._warned = False
+            self.save()
+            return True
+
+    def wait_empty(self, seconds: float) -> bool:
+        """Wait (bounded) until the sender has delivered everything; ``True`` if it did."""
+        self._ensure_sender()
+        self._wake.set()
+        deadline = time.monotonic() + seconds
+        announced = 0.0
+        while True:
+            with self.lock:
+                if not self.queue:
+                    return True
+                left = len(self.queue)
+            now = time.monotonic()
+            if now >= deadline:
+                return False
+            if now - announced > 10:
+                print(f"distmis: waiting up to {deadline - now:.0f} s for MLflow to receive {left} queued "
+                      "operation(s)", file=sys.stderr, flush=True)
+                announced = now
+            self._wake.set()
+            time.sleep(0.2)
+
+    def run_id(self, key: str) -> str:
+        with self.lock:
+            if key == "parent":
+                return self.state["parent_run_id"]
+            return self.state["trials"][key]["run_id"]
+
+    def execute(self, op: dict[str, Any]) -> None:
+        from mlflow.entities import Metric, Param, RunTag
+
+        kind = op["op"]
+        if kind == "create_child":
+            with self.lock:
+                trial = self.state["trials"][op["trial"]]
+                if trial.get("run_id"):
+                    return
+                tags = {"mlflow.parentRunId": self.state["parent_run_id"], **op["tags"]}
+                exp = self.state["experiment_id"]
+            run = self.client.create_run(exp, run_name=op["name"], tags=tags)
+            with self.lock:
+                trial["run_id"] = run.info.run_id
+                self.save()  # the mapping first: a crash now must not create the run twice
+            params = [Param(k, v[:6000]) for k, v in op["params"].items()]
+            for i in range(0, len(params), 100):
+                self.client.log_batch(run.info.run_id, params=params[i : i + 100])
+        elif kind == "metrics":
+            metrics = [Metric(k, float(v), int(op["timestamp"] * 1000), int(op["step"])) for k, v in op["metrics"].items()]
+            self.client.log_batch(self.run_id(op["run"]), metrics=metrics)
+        elif kind == "tags":
+            self.client.log_batch(self.run_id(op["run"]), tags=[RunTag(k, str(v)) for k, v in op["tags"].items()])
+        elif kind == "params":
+            self.client.log_batch(self.run_id(op["run"]), params=[Param(k, str(v)) for k, v in op["params"].items()])
+        elif kind == "artifacts":
+            path = Path(op["path"])
+            if path.is_dir():
+                self.client.log_artifacts(self.run_id(op["run"]), str(path), op.get("artifact_path"))
+            elif path.is_file():
+                self.client.log_artifact(self.run_id(op["run"]), str(path), op.get("artifact_path"))
+        elif kind == "terminate":
+            self.client.set_terminated(self.run_id(op["run"]), op["status"])
+        elif kind == "update":
+            self.client.update_run(self.run_id(op["run"]), **op["fields"])
+        else:
+            raise ValueError(f"unknown tracking operation {kind!r}")
+
+
+class SearchTracker:
+    """Parent and child runs of one search; every call is queued, persisted and sent in the background.
+
+    Picklable (Ray Tune pickles callbacks into its experiment state): the queue, the sender
+    and the MLflow client live in a per-search channel created lazily, and all state is in
+    files under ``out``.
     """
 
     def __init__(self, uri: str, experiment: str, out: Path) -> None:
         self.uri = uri
         self.experiment = experiment
         self.out = Path(out)
-        self._client = None
-        self._state: dict[str, Any] | None = None
-        self._queue: list[dict[str, Any]] | None = None
-        self._warned = False
 
     def __getstate__(self) -> dict[str, Any]:
         return {"uri": self.uri, "experiment": self.experiment, "out": str(self.out)}
@@ -91,103 +241,28 @@ class SearchTracker:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["uri"], state["experiment"], Path(state["out"]))  # type: ignore[misc]
 
-    # ------------------------------------------------------------------ plumbing
+    @property
+    def channel(self) -> _Channel:
+        return _Channel.of(self.uri, self.out)
+
     @property
     def client(self):  # noqa: ANN201
-        if self._client is None:
-            from mlflow.tracking import MlflowClient
-
-            self._client = MlflowClient(tracking_uri=self.uri)
-        return self._client
+        return self.channel.client
 
     @property
     def state(self) -> dict[str, Any]:
-        if self._state is None:
-            path = self.out / STATE_FILE
-            self._state = json.loads(path.read_text()) if path.is_file() else {"trials": {}}
-        return self._state
+        return self.channel.state
 
     @property
     def queue(self) -> list[dict[str, Any]]:
-        if self._queue is None:
-            path = self.out / PENDING_FILE
-            self._queue = json.loads(path.read_text()) if path.is_file() else []
-        return self._queue
-
-    def _save(self) -> None:
-        write_json_atomic(self.out / STATE_FILE, self.state)
-        pending = self.out / PENDING_FILE
-        if self.queue:
-            write_json_atomic(pending, self.queue)
-        elif pending.exists():
-            pending.unlink()
+        return self.channel.queue
 
     def _submit(self, op: dict[str, Any]) -> None:
-        self.queue.append(op)
-        self.flush()
+        self.channel.submit(op)
 
     def flush(self) -> bool:
-        """Replay queued operations in order; returns ``True`` when the queue is empty."""
-        while self.queue:
-            op = self.queue[0]
-            try:
-                self._execute(op)
-            except Exception as exc:  # noqa: BLE001 - any client/network error: keep the op, go on training
-                if not self._warned:
-                    print(
-                        f"distmis: warning: MLflow at {self.uri} is unreachable ({type(exc).__name__}: "
-                        f"{str(exc).splitlines()[0][:200]}); training goes on, tracking is queued in "
-                        f"{self.out / PENDING_FILE} and sent when the server is back",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-                    self._warned = True
-                self._save()
-                return False
-            self.queue.pop(0)
-        if self._warned:
-            print(f"distmis: MLflow at {self.uri} reachable again; queued tracking sent", file=sys.stderr, flush=True)
-            self._warned = False
-        self._save()
-        return True
-
-    def _run_id(self, key: str) -> str:
-        if key == "parent":
-            return self.state["parent_run_id"]
-        return self.state["trials"][key]["run_id"]
-
-    def _execute(self, op: dict[str, Any]) -> None:
-        from mlflow.entities import Metric, Param, RunTag
-
-        kind = op["op"]
-        if kind == "create_child":
-            trial = self.state["trials"][op["trial"]]
-            if trial.get("run_id"):
-                return
-            tags = {"mlflow.parentRunId": self.state["parent_run_id"], **op["tags"]}
-            run = self.client.create_run(self.state["experiment_id"], run_name=op["name"], tags=tags)
-            trial["run_id"] = run.info.run_id
-            self._save()  # the mapping first: a crash now must not create the run twice
-            params = [Param(k, v[:6000]) for k, v in op["params"].items()]
-            for i in range(0, len(params), 100):
-                self.client.log_batch(run.info.run_id, params=params[i : i + 100])
-        elif kind == "metrics":
-            metrics = [Metric(k, float(v), int(op["timestamp"] * 1000), int(op["step"])) for k, v in op["metrics"].items()]
-            self.client.log_batch(self._run_id(op["run"]), metrics=metrics)
-        elif kind == "tags":
-            self.client.log_batch(self._run_id(op["run"]), tags=[RunTag(k, str(v)) for k, v in op["tags"].items()])
-        elif kind == "params":
-            self.client.log_batch(self._run_id(op["run"]), params=[Param(k, str(v)) for k, v in op["params"].items()])
-        elif kind == "artifacts":
-            path = Path(op["path"])
-            if path.is_dir():
-                self.client.log_artifacts(self._run_id(op["run"]), str(path), op.get("artifact_path"))
-            elif path.is_file():
-                self.client.log_artifact(self._run_id(op["run"]), str(path), op.get("artifact_path"))
-        elif kind == "terminate":
-            self.client.set_terminated(self._run_id(op["run"]), op["status"])
-        else:
-            raise ValueError(f"unknown tracking operation {kind!r}")
+        """Deliver what is queued now, in this thread; ``True`` when the queue is empty."""
+        return self.channel.flush()
 
     # ------------------------------------------------------------------ the search
     def start(self, *, params: dict[str, str], tags: dict[str, str], artifacts: list[Path]) -> str:
@@ -202,39 +277,44 @@ class SearchTracker:
             try:
                 self.client.get_run(self.state["parent_run_id"])
             except Exception as exc:  # noqa: BLE001
-                raise TrackingError(f"MLflow at {self.uri}: cannot reattach to parent run "
+                raise TrackingError(f"MLflow at {redact_uri(self.uri)}: cannot reattach to parent run "
                                     f"{self.state['parent_run_id']}: {str(exc).splitlines()[0][:300]}") from None
             self._submit({"op": "tags", "run": "parent", "tags": {"distmis.resumed_at": time.strftime("%Y-%m-%dT%H:%M:%S")}})
-            self.client.update_run(self.state["parent_run_id"], status="RUNNING")
+            self._submit({"op": "update", "run": "parent", "fields": {"status": "RUNNING"}})
             return self.state["parent_run_id"]
         try:
             exp_id = experiment_id(self.client, self.uri, self.experiment)
             parent = self.client.create_run(exp_id, run_name=self.experiment, tags={"distmis.role": "search", **tags})
         except Exception as exc:  # noqa: BLE001 - the store is down, refuses, or the URI is wrong
             raise TrackingError(
-                f"MLflow tracking store {self.uri} is unreachable or unusable: {type(exc).__name__}: "
-                f"{str(exc).splitlines()[0][:300]} (set --tracking-uri, tracking.uri or MLFLOW_TRACKING_URI)"
+                f"MLflow tracking store {redact_uri(self.uri)} is unreachable or unusable: {type(exc).__name__}: "
+                f"{redact_uri(str(exc).splitlines()[0][:300] if str(exc) else '')} (set --tracking-uri, tracking.uri "
+                "or MLFLOW_TRACKING_URI)"
             ) from None
-        self.state.update({"tracking_uri": self.uri, "experiment": self.experiment, "experiment_id": exp_id,
-                           "parent_run_id": parent.info.run_id})
-        self._save()
+        with self.channel.lock:
+            # the address is stored without credentials: --resume asks for them again
+            self.state.update({"tracking_uri": redact_uri(self.uri), "experiment": self.experiment,
+                               "experiment_id": exp_id, "parent_run_id": parent.info.run_id})
+            self.channel.save()
         self._submit({"op": "params", "run": "parent", "params": params})
         for path in artifacts:
             self._submit({"op": "artifacts", "run": "parent", "path": str(path)})
         return parent.info.run_id
 
     def trial_started(self, trial_id: str, name: str, params: dict[str, str], tags: dict[str, str]) -> None:
-        if trial_id in self.state["trials"]:
-            return  # resumed: same child run
-        self.state["trials"][trial_id] = {"run_id": None, "last_step": 0}
+        with self.channel.lock:
+            if trial_id in self.state["trials"]:
+                return  # resumed: same child run
+            self.state["trials"][trial_id] = {"run_id": None, "last_step": 0}
         self._submit({"op": "create_child", "trial": trial_id, "name": name, "params": params,
                       "tags": {"distmis.trial_id": trial_id, **tags}})
 
     def trial_result(self, trial_id: str, step: int, metrics: dict[str, float], timestamp: float) -> None:
-        trial = self.state["trials"].get(trial_id)
-        if trial is None or step <= trial["last_step"]:
-            return  # already logged (or queued): never twice
-        trial["last_step"] = step
+        with self.channel.lock:
+            trial = self.state["trials"].get(trial_id)
+            if trial is None or step <= trial["last_step"]:
+                return  # already logged (or queued): never twice
+            trial["last_step"] = step
         self._submit({"op": "metrics", "run": trial_id, "step": step, "metrics": metrics, "timestamp": timestamp})
 
     def trial_finished(self, trial_id: str, *, status: str, tags: dict[str, str], best_dir: Path | None) -> None:
@@ -244,8 +324,9 @@ class SearchTracker:
         if best_dir is not None and best_dir.is_dir():
             self._submit({"op": "artifacts", "run": trial_id, "path": str(best_dir), "artifact_path": "best_model"})
         self._submit({"op": "terminate", "run": trial_id, "status": status})
-        self.state["trials"][trial_id]["finished"] = True
-        self._save()
+        with self.channel.lock:
+            self.state["trials"][trial_id]["finished"] = True
+            self.channel.save()
 
     def abandon_unknown(self, known_trials: set[str]) -> list[str]:
         """Close the child runs of trials Tune no longer knows (started just before a driver was
@@ -254,15 +335,16 @@ class SearchTracker:
         for trial_id in abandoned:
             self._submit({"op": "tags", "run": trial_id, "tags": {"distmis.status": "ABANDONED", "distmis.abandoned": "true"}})
             self._submit({"op": "terminate", "run": trial_id, "status": "KILLED"})
-            self.state["trials"][trial_id]["finished"] = True
-        self._save()
+            with self.channel.lock:
+                self.state["trials"][trial_id]["finished"] = True
+        self.channel.save()
         return abandoned
 
     def finish(self, *, metrics: dict[str, float], tags: dict[str, str], plots: list[Path], files: list[Path],
                status: str, wait_seconds: float = 0.0) -> bool:
         """Close the parent run; returns whether everything reached MLflow (else it stays queued).
 
-        While MLflow is unreachable, retries every 2 s for up to ``wait_seconds``.
+        Waits (bounded by ``wait_seconds``) for the background sender to deliver everything.
         """
         clean = {k: float(v) for k, v in metrics.items() if v is not None}
         self._submit({"op": "metrics", "run": "parent", "step": 0, "metrics": clean, "timestamp": time.time()})
@@ -272,11 +354,4 @@ class SearchTracker:
         for path in files:
             self._submit({"op": "artifacts", "run": "parent", "path": str(path)})
         self._submit({"op": "terminate", "run": "parent", "status": status})
-        deadline = time.monotonic() + wait_seconds
-        while not self.flush():
-            if time.monotonic() >= deadline:
-                return False
-            print(f"distmis: waiting up to {max(0, deadline - time.monotonic()):.0f} s for MLflow to send "
-                  f"{len(self.queue)} queued operation(s)", file=sys.stderr, flush=True)
-            time.sleep(2.0)
-        return True
+        return self.channel.wait_empty(wait_seconds)

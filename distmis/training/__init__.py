@@ -1,6 +1,6 @@
 """Training: one configuration, one training loop, for one worker or many."""
 
-from distmis.training._loop import EpochMetrics, Trainer, load_arrays, save_arrays
+from distmis.training._loop import EpochMetrics, Trainer, assign_by_path, load_arrays, save_arrays
 from distmis.training._run import (
     BEST_DIR,
     CHECKPOINT_DIR,
@@ -21,6 +21,7 @@ __all__ = [
     "FitResult",
     "RunSession",
     "Trainer",
+    "assign_by_path",
     "configure_tensorflow",
     "fit",
     "format_epoch",

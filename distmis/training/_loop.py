@@ -24,6 +24,7 @@ import numpy as np
 
 from distmis.data import Manifest, eval_batches, make_dataset
 from distmis.exceptions import TrainingError
+from distmis.files import atomic_file
 from distmis.training._runtime import configured_threads
 from distmis.model import build_optimizer, build_unet, dice_score, get_loss, iou_score
 
@@ -256,44 +257,91 @@ class Trainer:
 
     # ------------------------------------------------------------------ state
     def state_arrays(self) -> dict[str, np.ndarray]:
-        """Model and optimiser variables as numpy arrays.
+        """Model and optimiser variables as numpy arrays, keyed by variable path.
 
         Must be called on *every* worker: reading a synchronised (e.g. batch-norm) variable
         under ``MultiWorkerMirroredStrategy`` is a collective, so a rank-0-only read deadlocks.
         """
-        arrays = {f"model/{i:04d}": np.asarray(v.numpy()) for i, v in enumerate(self.model.weights)}
-        arrays.update({f"optimizer/{i:04d}": np.asarray(v.numpy()) for i, v in enumerate(self.optimizer.variables)})
+        arrays = {f"model/{v.path}": np.asarray(v.numpy()) for v in self.model.weights}
+        arrays.update({f"optimizer/{key}": np.asarray(v.numpy()) for key, v in optimizer_variables(self.optimizer)})
         return arrays
 
-    def load_state_arrays(self, arrays: dict[str, np.ndarray], *, with_optimizer: bool = True) -> None:
-        weights = [arrays[k] for k in sorted(k for k in arrays if k.startswith("model/"))]
-        if len(weights) != len(self.model.weights):
-            raise TrainingError(
-                f"checkpoint has {len(weights)} model variables, the configured model {len(self.model.weights)}: "
-                "was it written with another model configuration?"
-            )
-        for var, value in zip(self.model.weights, weights, strict=True):
-            if tuple(var.shape) != value.shape:
-                raise TrainingError(f"checkpoint variable {var.path} has shape {value.shape}, expected {tuple(var.shape)}")
-            var.assign(value)
-        if with_optimizer:
-            opt = [arrays[k] for k in sorted(k for k in arrays if k.startswith("optimizer/"))]
-            if len(opt) == len(self.optimizer.variables):
-                for var, value in zip(self.optimizer.variables, opt, strict=True):
-                    var.assign(value)
+    def load_state_arrays(self, arrays: dict[str, np.ndarray], *, with_optimizer: bool = True,
+                          source: str = "checkpoint") -> None:
+        """Assign saved arrays by variable path, checking every name and shape first.
+
+        Raises:
+            TrainingError: a variable is missing, extra or of another shape (naming it), e.g.
+                a checkpoint written for another model configuration.
+        """
+        assign_by_path(self.model.weights, arrays, prefix="model/", source=source)
+        if with_optimizer and any(k.startswith("optimizer/") for k in arrays):
+            by_key = dict(optimizer_variables(self.optimizer))
+            keyed = {k.removeprefix("optimizer/"): v for k, v in arrays.items() if k.startswith("optimizer/")}
+            if set(keyed) == set(by_key) and all(by_key[k].shape == keyed[k].shape for k in keyed):
+                for key, var in by_key.items():
+                    var.assign(keyed[key])
 
     def model_weights(self) -> list[np.ndarray]:
         return [np.asarray(v.numpy()) for v in self.model.trainable_weights]
 
 
+def optimizer_variables(optimizer: Any) -> list[tuple[str, Any]]:
+    """``(key, variable)`` of an optimiser, with keys independent of Keras' auto-numbered names
+    (``adam``, ``adam_1``, ...): the outer optimiser's prefix becomes ``opt``, a wrapped one's ``inner``."""
+    prefixes = {optimizer.name: "opt"}
+    inner = getattr(optimizer, "inner_optimizer", None)
+    if inner is not None:
+        prefixes[inner.name] = "inner"
+    out = []
+    for var in optimizer.variables:
+        head, _, rest = var.path.partition("/")
+        out.append((f"{prefixes.get(head, head)}/{rest}" if rest else var.path, var))
+    return out
+
+
+def assign_by_path(variables: list[Any], arrays: dict[str, np.ndarray], *, prefix: str, source: str) -> None:
+    """Assign ``arrays[prefix + variable.path]`` to every variable after checking names and shapes.
+
+    Positional keys (``model/0000``, written before version 0.2) are still read, in order.
+    """
+    saved = {k.removeprefix(prefix): v for k, v in arrays.items() if k.startswith(prefix)}
+    if saved and all(k.isdigit() for k in saved):  # the old positional format
+        ordered = [saved[k] for k in sorted(saved)]
+        if len(ordered) != len(variables):
+            raise TrainingError(f"{source}: holds {len(ordered)} variables, the configured model has "
+                                f"{len(variables)}: was it written for another model configuration?")
+        saved = {v.path: a for v, a in zip(variables, ordered, strict=True)}
+    wanted = {v.path: v for v in variables}
+    missing = sorted(set(wanted) - set(saved))
+    extra = sorted(set(saved) - set(wanted))
+    if missing or extra:
+        raise TrainingError(
+            f"{source}: its variables do not match the configured model (missing {missing[:3]}"
+            f"{'...' if len(missing) > 3 else ''}, unexpected {extra[:3]}{'...' if len(extra) > 3 else ''}): "
+            "was it written for another model configuration?")
+    for path, var in wanted.items():
+        if tuple(var.shape) != saved[path].shape:
+            raise TrainingError(f"{source}: variable {path} has shape {saved[path].shape}, the configured model "
+                                f"expects {tuple(var.shape)}")
+    for path, var in wanted.items():
+        var.assign(saved[path])
+
+
 def save_arrays(path: Path, arrays: dict[str, np.ndarray]) -> None:
     """Write arrays to ``path`` (``.npz``) atomically."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as fh:
+    with atomic_file(path) as tmp, open(tmp, "wb") as fh:
         np.savez(fh, **arrays)
-    tmp.replace(path)
 
 
 def load_arrays(path: Path) -> dict[str, np.ndarray]:
-    with np.load(path) as data:
-        return {k: data[k] for k in data.files}
+    """Read an ``.npz`` written by :func:`save_arrays`.
+
+    Raises:
+        TrainingError: the file is missing, truncated or not an array archive (naming it).
+    """
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+    except Exception as exc:  # numpy raises BadZipFile, ValueError, EOFError, OSError... for a damaged file
+        raise TrainingError(f"{path}: cannot read the saved arrays ({type(exc).__name__}: {exc})") from None

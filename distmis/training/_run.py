@@ -16,13 +16,12 @@ from __future__ import annotations
 import csv
 import json
 import math
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from distmis._fsutil import write_json_atomic
+from distmis.files import atomic_directory, atomic_file, write_json_atomic
 from distmis.config import ExperimentConfig, dump_config
 from distmis.data import load_manifest
 from distmis.exceptions import TrainingError
@@ -67,21 +66,25 @@ def _preprocessing_record(manifest_info: dict[str, Any]) -> dict[str, Any]:
 
 
 def _write_checkpoint(directory: Path, arrays: dict, state: dict) -> None:
-    tmp = directory.with_name(f".{directory.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    save_arrays(tmp / "state.npz", arrays)
-    write_json_atomic(tmp / "state.json", state)
-    old = directory.with_name(f".{directory.name}.old")
-    shutil.rmtree(old, ignore_errors=True)
-    if directory.exists():
-        directory.replace(old)
-    tmp.replace(directory)
-    shutil.rmtree(old, ignore_errors=True)
+    with atomic_directory(directory, command="train (checkpoint)", inside_own_output=True) as tmp:
+        save_arrays(tmp / "state.npz", arrays)
+        write_json_atomic(tmp / "state.json", state)
 
 
 def read_checkpoint_state(directory: Path) -> dict[str, Any]:
-    return json.loads((Path(directory) / "state.json").read_text())
+    """The ``state.json`` of a checkpoint (epoch, history, best).
+
+    Raises:
+        TrainingError: missing or unreadable, naming the file.
+    """
+    path = Path(directory) / "state.json"
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise TrainingError(f"{path}: cannot read the checkpoint state ({exc})") from None
+    if not isinstance(state, dict) or not isinstance(state.get("epoch"), int) or not isinstance(state.get("history", []), list):
+        raise TrainingError(f"{path}: not a distmis checkpoint state (expected an object with an integer 'epoch')")
+    return state
 
 
 class RunSession:
@@ -121,12 +124,13 @@ class RunSession:
         self.best_value: float | None = None
         self._single_worker = strategy is None
         self._fields = list(EpochMetrics.__dataclass_fields__)
+        self._unreported: list[dict[str, float]] = []
+        if resume_from is not None:
+            self.restore(resume_from)  # first: a checkpoint that does not fit changes nothing on disk
         if is_chief:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             dump_config(config, self.run_dir / "config.yaml")
-        if resume_from is not None:
-            self.restore(resume_from)
-        else:
+        if resume_from is None:
             self._rewrite_csv()
 
     def _rewrite_csv(self) -> None:
@@ -134,12 +138,10 @@ class RunSession:
         exactly (a crash after a row but before its checkpoint leaves no duplicated epoch)."""
         if not self.is_chief:
             return
-        tmp = self.run_dir / f".{METRICS_CSV}.tmp"
-        with open(tmp, "w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=self._fields)
+        with atomic_file(self.run_dir / METRICS_CSV) as tmp, open(tmp, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=self._fields, extrasaction="ignore")
             writer.writeheader()
             writer.writerows(self.history)
-        tmp.replace(self.run_dir / METRICS_CSV)
 
     @property
     def epoch(self) -> int:
@@ -147,41 +149,53 @@ class RunSession:
 
     @property
     def done(self) -> bool:
-        return self.trainer.epoch >= self.config.train.epochs
+        """Every epoch trained *and* reported."""
+        return self.trainer.epoch >= self.config.train.epochs and not self._unreported
 
     @property
     def checkpoint_dir(self) -> Path:
         return self.run_dir / CHECKPOINT_DIR
 
-    def restore(self, checkpoint: str | Path) -> None:
+    def restore(self, checkpoint: str | Path, *, reported_epochs: int | None = None) -> None:
         """Continue from ``checkpoint`` — or from this run directory's own checkpoint when that
         one is newer (single worker only). Tune may hand back a checkpoint one epoch older than
-        the run directory's when its driver died between the two: nothing is then trained twice.
+        the run directory's when its driver died (or the search was interrupted) between the
+        two: nothing is then trained twice.
+
+        Epochs that were trained but never reported (those after ``reported_epochs``, by
+        default the epoch of ``checkpoint``) are handed out again by the next :meth:`step`
+        calls, without training, so Tune and MLflow see every epoch exactly once.
         """
         checkpoint = Path(checkpoint)
         if not (checkpoint / "state.npz").is_file():
             raise TrainingError(f"{checkpoint}: no checkpoint to resume from (state.npz missing)")
+        given_epoch = int(read_checkpoint_state(checkpoint)["epoch"])
         own = self.checkpoint_dir
         if (
             self._single_worker
             and own != checkpoint
             and (own / "state.npz").is_file()
-            and read_checkpoint_state(own)["epoch"] > read_checkpoint_state(checkpoint)["epoch"]
+            and read_checkpoint_state(own)["epoch"] > given_epoch
         ):
             checkpoint = own
-        self.trainer.load_state_arrays(load_arrays(checkpoint / "state.npz"))
         state = read_checkpoint_state(checkpoint)
+        self.trainer.load_state_arrays(load_arrays(checkpoint / "state.npz"), source=str(checkpoint / "state.npz"))
         self.trainer.epoch = int(state["epoch"])
         self.history = list(state.get("history", []))
         self.best_value = state.get("best_value")
         self.best = state.get("best")
+        reported = given_epoch if reported_epochs is None else reported_epochs
+        self._unreported = [row for row in self.history if int(row["epoch"]) > reported]
         self._rewrite_csv()
 
     def step(self) -> EpochMetrics:
         """Train one epoch, validate, and write the CSV row, best weights and checkpoint.
 
-        On a finished run it trains nothing and returns the last epoch's metrics again.
+        Epochs restored but never reported come first, one per call, without training; on a
+        finished run it trains nothing and returns the last epoch's metrics again.
         """
+        if self._unreported:
+            return EpochMetrics(**self._unreported.pop(0))
         if self.done and self.history:
             return EpochMetrics(**self.history[-1])
         metrics = self.trainer.run_epoch()
@@ -209,16 +223,11 @@ class RunSession:
         return metrics
 
     def _write_best(self, arrays: dict, row: dict[str, float]) -> None:
-        best = self.run_dir / BEST_DIR
-        tmp = self.run_dir / f".{BEST_DIR}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        save_arrays(tmp / "weights.npz", {k: v for k, v in arrays.items() if k.startswith("model/")})
-        dump_config(self.config, tmp / "config.yaml")
-        write_json_atomic(tmp / "preprocessing.json", _preprocessing_record(self.manifest.info))
-        write_json_atomic(tmp / "metrics.json", row)
-        shutil.rmtree(best, ignore_errors=True)
-        tmp.replace(best)
+        with atomic_directory(self.run_dir / BEST_DIR, command="train (best model)", inside_own_output=True) as tmp:
+            save_arrays(tmp / "weights.npz", {k: v for k, v in arrays.items() if k.startswith("model/")})
+            dump_config(self.config, tmp / "config.yaml")
+            write_json_atomic(tmp / "preprocessing.json", _preprocessing_record(self.manifest.info))
+            write_json_atomic(tmp / "metrics.json", row)
 
 
 def format_epoch(m: EpochMetrics, epochs: int) -> str:

@@ -11,6 +11,50 @@ PID = "trial_pid"
 NODE = "node_ip"
 
 GRID_KEY = "grid_point"
+#: set in the one result of a trial whose configuration cannot be trained (the reason)
+FAILURE = "distmis_failure"
+
+
+def _configuration_errors() -> tuple[type[BaseException], ...]:
+    from pydantic import ValidationError
+
+    from distmis.exceptions import DistmisError
+
+    return (DistmisError, ValidationError)
+
+
+#: errors that come from a trial's configuration or data, not from chance: retrying the
+#: trial would only repeat them (a TensorFlow or Ray error is not among them)
+CONFIGURATION_ERRORS = _configuration_errors()
+
+
+def describe_failure(exc: BaseException) -> str:
+    """One line: which field or file, and what was wrong."""
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError):
+        from distmis.documents import describe_validation_error
+
+        return f"invalid configuration: {describe_validation_error(exc)}"[:500]
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:500]
+
+
+def configuration_failure(reason: str, started_at: float) -> dict[str, Any]:
+    """The single, final result of a trial that cannot train its configuration.
+
+    Every metric is NaN (Optuna records the trial as failed, ASHA never promotes it) and
+    ``done`` ends the trial without Tune retrying it.
+    """
+    import math
+    import time
+
+    nan = math.nan
+    return {
+        "epoch": 0, "loss": nan, "dice": nan, "val_loss": nan, "val_dice": nan, "val_iou": nan, "lr": nan,
+        "epoch_seconds": 0.0, "train_seconds": 0.0, "samples_per_second": 0.0, "finished_at": time.time(),
+        FAILURE: reason, STARTED_AT: started_at, REPORTED_AT: time.time(), "done": True,
+    }
 
 
 def sampled_params(config: dict[str, Any]) -> dict[str, Any]:

@@ -11,9 +11,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from distmis._fsutil import write_json_atomic, write_text_atomic
+from distmis.files import atomic_directory, write_json_atomic, write_text_atomic
 from distmis.config import ExperimentConfig, apply_params, dump_config
-from distmis.tuning._keys import NODE, REPORTED_AT, STARTED_AT, sampled_params
+from distmis.tuning._keys import FAILURE, NODE, REPORTED_AT, STARTED_AT, sampled_params
 
 if TYPE_CHECKING:
     from ray.tune import ResultGrid
@@ -56,6 +56,7 @@ class SearchSummary:
     best_value: float | None = None
     best_params: dict[str, Any] = field(default_factory=dict)
     started_at: float | None = None  # Unix time the search command started (resume: the resumed one)
+    interrupted: bool = False  # stopped on request before the end; --resume continues it
 
     @property
     def ok(self) -> bool:
@@ -103,7 +104,8 @@ def _rows(grid: "ResultGrid", config: ExperimentConfig) -> list[TrialRow]:
                 best = {k: float(df.loc[idx, k]) for k in ("epoch", "val_dice", "val_loss", "val_iou", "dice", "loss") if k in df}
             started = float(df[STARTED_AT].min()) if STARTED_AT in df else None
             finished = float(df[REPORTED_AT].max()) if REPORTED_AT in df else None
-        status = "ERROR" if result.error else "TERMINATED"
+        failure = metrics.get(FAILURE)
+        status = "ERROR" if result.error or failure else "TERMINATED"
         rows.append(
             TrialRow(
                 trial_id=str(trial_id),
@@ -115,7 +117,7 @@ def _rows(grid: "ResultGrid", config: ExperimentConfig) -> list[TrialRow]:
                 best=best,
                 started_at=started,
                 finished_at=finished,
-                error=str(result.error).splitlines()[0][:300] if result.error else None,
+                error=(str(result.error).splitlines()[0][:300] if result.error else str(failure) if failure else None),
                 node_ip=str(metrics[NODE]) if metrics.get(NODE) else None,
             )
         )
@@ -157,11 +159,8 @@ def summarise(config: ExperimentConfig, grid: "ResultGrid", out: Path, *, wall_s
         dump_config(apply_params(config, best.params), out / "best.yaml")
         src = out / "trials" / best.trial_id / "best"
         if src.is_dir():
-            tmp = out / ".best.tmp"
-            shutil.rmtree(tmp, ignore_errors=True)
-            shutil.copytree(src, tmp)
-            shutil.rmtree(out / "best", ignore_errors=True)
-            tmp.replace(out / "best")
+            with atomic_directory(out / "best", command="tune (best model)", inside_own_output=True) as tmp:
+                shutil.copytree(src, tmp, dirs_exist_ok=True)
     intervals = [(r.started_at, r.finished_at) for r in rows if r.started_at is not None and r.finished_at is not None]
     summary = SearchSummary(
         name=config.name,

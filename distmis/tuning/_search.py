@@ -14,6 +14,7 @@ Experiment directory (``--out``, default ``runs/<name>``)::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -21,7 +22,8 @@ import time
 import warnings
 from pathlib import Path
 
-from distmis._fsutil import write_text_atomic
+from distmis.files import check_output, owned_output_directory, write_text_atomic
+from distmis.preflight import preflight
 from distmis.config import ExperimentConfig
 from distmis.exceptions import TuningError
 from distmis.tracking import PENDING_FILE, STATE_FILE, SearchTracker
@@ -157,44 +159,51 @@ def run_search(
     from distmis.tuning._data_parallel import DRIVER_RESOURCE, data_parallel_trial
     from distmis.tuning._trial import TrialContext, trainable_for
 
-    from distmis.data import resolve_prepared
+    from distmis.data import load_manifest, resolve_prepared, verify_shards
 
     if not config.space:
         raise TuningError("space: the search space is empty")
     out = experiment_dir(config, out)
+    base_dir = Path(space_file).resolve().parent if space_file else Path.cwd()
+    # everything that can be checked before work starts, before anything is written
+    preflight(config, path=space_file or "configuration", base_dir=base_dir)
+    source = None if config.data.source == "synthetic" else (base_dir / Path(config.data.source).expanduser())
+    check_output(out, option="--out", inputs={"data source": source, "search-space file": space_file})
     _check_out(out, resume)
     start = time.time()
-    out.mkdir(parents=True, exist_ok=True)
-    if space_file is not None and not resume:
-        write_text_atomic(out / "search.yaml", Path(space_file).read_text(encoding="utf-8"))
-
-    base_dir = Path(space_file).resolve().parent if space_file else Path.cwd()
-    prepared = resolve_prepared(config.data, base_dir=base_dir)
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "5")  # experiment state saved often: resumable after kill -9
     os.environ.setdefault("RAY_CHDIR_TO_TRIAL_DIR", "0")
     # checkpointing every epoch is deliberate (resume loses at most one epoch): no warning for it
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    tracker = _start_tracking(config, out, tracking_uri, resume)  # fails fast, before Ray and training
     data_parallel = config.parallelism.mode != "experiment"
-    cluster = init_ray(
-        address,
-        env_vars={"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONWARNINGS": "ignore::DeprecationWarning"},
-        # drivers of data-parallel trials hold one unit of this instead of a CPU
-        resources={DRIVER_RESOURCE: 1000} if data_parallel else None,
-        # Train V2 frees a stopped trial's workers through the dashboard's state API
-        include_dashboard=data_parallel,
-    )
-    import ray
-
-    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
-    per_trial, concurrency = plan_concurrency(config, cluster, nodes)
-    if data_parallel and cluster.get(DRIVER_RESOURCE, 0) < concurrency:
-        raise TuningError(
-            f"parallelism.mode {config.parallelism.mode!r}: the cluster has {cluster.get(DRIVER_RESOURCE, 0):g} "
-            f"'{DRIVER_RESOURCE}' resource(s) for {concurrency} concurrent trial driver(s); start its head with "
-            f"ray start ... --resources '{{\"{DRIVER_RESOURCE}\": 1000}}' (distmis' SLURM bootstrap does this)"
+    setup = contextlib.nullcontext(out) if resume else owned_output_directory(out, command="tune", option="--out")
+    with setup:  # a new search that fails here (bad data, no cluster room, MLflow down) leaves no directory
+        if space_file is not None and not resume:
+            write_text_atomic(out / "search.yaml", Path(space_file).read_text(encoding="utf-8"))
+        prepared = resolve_prepared(config.data, base_dir=base_dir)
+        manifest = load_manifest(prepared)
+        for split in ("train", "val"):  # a damaged shard is named now, not in every trial
+            verify_shards(manifest, split)
+        cluster = init_ray(
+            address,
+            env_vars={"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONWARNINGS": "ignore::DeprecationWarning"},
+            # drivers of data-parallel trials hold one unit of this instead of a CPU
+            resources={DRIVER_RESOURCE: 1000} if data_parallel else None,
+            # Train V2 frees a stopped trial's workers through the dashboard's state API
+            include_dashboard=data_parallel,
         )
+        import ray
+
+        nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+        per_trial, concurrency = plan_concurrency(config, cluster, nodes)
+        if data_parallel and cluster.get(DRIVER_RESOURCE, 0) < concurrency:
+            raise TuningError(
+                f"parallelism.mode {config.parallelism.mode!r}: the cluster has {cluster.get(DRIVER_RESOURCE, 0):g} "
+                f"'{DRIVER_RESOURCE}' resource(s) for {concurrency} concurrent trial driver(s); start its head with "
+                f"ray start ... --resources '{{\"{DRIVER_RESOURCE}\": 1000}}' (distmis' SLURM bootstrap does this)"
+            )
+        tracker = _start_tracking(config, out, tracking_uri, resume)  # fails fast, before any training
 
     context = TrialContext(
         base_config=config.to_yaml_dict(),
@@ -257,19 +266,35 @@ def run_search(
         flush=True,
     )
     grid = tuner.fit()
+    unfinished = _unfinished_trials(grid)
+    if unfinished:  # stopped on request (SIGUSR1 from the job script, or Ctrl-C): Tune saved its state
+        tracker.channel.wait_empty(config.tracking.final_flush_seconds)  # MLflow runs stay open for --resume
+        print(f"distmis: search interrupted; {unfinished} unfinished trial(s) continue from their last checkpoint "
+              f"with: distmis tune {space_file or '<file>'} --out {out} --resume", flush=True)
+        return SearchSummary(name=config.name, out=str(out), metric=config.search.metric, mode=config.search.mode,
+                             wall_seconds=time.time() - start, trials=0, finished=0, stopped_early=0, failed=0,
+                             max_concurrent_observed=0, started_at=start, interrupted=True)
     summary = summarise(config, grid, out, wall_seconds=time.time() - start, prepared=prepared, started_at=start)
     _finish_tracking(tracker, config, out, summary)
     summary.print()
     return summary
 
 
+def _unfinished_trials(grid) -> int:  # noqa: ANN001 - ray.tune.ResultGrid
+    """Trials neither finished nor failed after ``fit()``: only an interruption leaves them."""
+    analysis = getattr(grid, "_experiment_analysis", None)
+    trials = getattr(analysis, "trials", None) or []
+    return sum(1 for t in trials if t.status not in ("TERMINATED", "ERROR"))
+
+
 def _start_tracking(config: ExperimentConfig, out: Path, tracking_uri: str | None, resume: bool) -> SearchTracker:
-    from distmis.tracking import resolve_tracking_uri
+    from distmis.tracking import reattach_uri, redact_uri, resolve_tracking_uri
 
     state = out / STATE_FILE
     if resume and state.is_file():  # the same store and runs as the interrupted search
         recorded = json.loads(state.read_text())
-        uri, experiment = recorded["tracking_uri"], recorded["experiment"]
+        uri = reattach_uri(recorded["tracking_uri"], tracking_uri, config.tracking.uri, out)
+        experiment = recorded["experiment"]
     else:
         uri = resolve_tracking_uri(tracking_uri, config.tracking.uri, out)
         experiment = config.tracking.experiment or config.name
@@ -291,7 +316,7 @@ def _start_tracking(config: ExperimentConfig, out: Path, tracking_uri: str | Non
         tags["slurm.job_id"] = os.environ["SLURM_JOB_ID"]
     run_id = tracker.start(params={k: str(v) for k, v in params.items()}, tags=tags,
                            artifacts=[out / "search.yaml"] if (out / "search.yaml").is_file() else [])
-    print(f"distmis: tracking to MLflow {uri} (experiment '{experiment}', parent run {run_id})", flush=True)
+    print(f"distmis: tracking to MLflow {redact_uri(uri)} (experiment '{experiment}', parent run {run_id})", flush=True)
     return tracker
 
 

@@ -18,7 +18,16 @@ from typing import Any
 
 from ray import tune
 
-from distmis.tuning._keys import NODE, PID, REPORTED_AT, STARTED_AT, sampled_params
+from distmis.tuning._keys import (
+    CONFIGURATION_ERRORS,
+    NODE,
+    PID,
+    REPORTED_AT,
+    STARTED_AT,
+    configuration_failure,
+    describe_failure,
+    sampled_params,
+)
 
 
 @dataclass(frozen=True)
@@ -45,6 +54,20 @@ class DistmisTrial(tune.Trainable):
         self._start_session(config)
 
     def _start_session(self, config: dict[str, Any]) -> None:
+        """Start the trial's run; a configuration the trial cannot train is recorded, not raised.
+
+        Raising would make Tune retry the trial ``max_failures`` times with the same
+        configuration and the same outcome; instead the first ``step`` reports the reason once
+        and ends the trial (see :func:`configuration_failure`).
+        """
+        self._failure: str | None = None
+        try:
+            self._open_session(config)
+        except CONFIGURATION_ERRORS as exc:
+            self._failure = describe_failure(exc)
+            print(f"distmis: trial {self.trial_id} cannot run its configuration: {self._failure}", flush=True)
+
+    def _open_session(self, config: dict[str, Any]) -> None:
         import keras
         import ray
 
@@ -53,21 +76,24 @@ class DistmisTrial(tune.Trainable):
 
         keras.backend.clear_session()  # a reused actor must not keep the previous trial's graphs
         ctx = self._context
+        self._started = time.time()
         trial_config = apply_params(ExperimentConfig.model_validate(ctx.base_config), sampled_params(config))
         self._epochs = trial_config.train.epochs
-        self._started = time.time()
         self._node = ray.util.get_node_ip_address()
         run_dir = Path(ctx.trials_dir) / self.trial_id
         # a restarted trial (its process died) continues from its own last epoch even when
         # Tune has no checkpoint of it yet; Tune's own checkpoint, if newer, is loaded after this
         own = run_dir / "checkpoint"
         resume = own if (own / "state.npz").is_file() else None
-        self._session = RunSession(trial_config, ctx.prepared, run_dir, metric=ctx.metric, mode=ctx.mode,
-                                   resume_from=resume)
+        self._session = RunSession(trial_config, ctx.prepared, run_dir, metric=ctx.metric, mode=ctx.mode)
+        if resume is not None:  # Tune knows of none of these epochs (yet): all are reported again
+            self._session.restore(resume, reported_epochs=0)
         if resume is not None:
             print(f"distmis: trial {self.trial_id} resumes from epoch {self._session.epoch}", flush=True)
 
     def step(self) -> dict[str, Any]:
+        if self._failure is not None:
+            return configuration_failure(self._failure, self._started)
         metrics = self._session.step().as_dict()
         metrics.update({STARTED_AT: self._started, REPORTED_AT: time.time(), PID: os.getpid(), NODE: self._node})
         if self._session.done:
@@ -75,6 +101,8 @@ class DistmisTrial(tune.Trainable):
         return metrics
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
+        if self._failure is not None:
+            return
         src = self._session.checkpoint_dir
         for name in ("state.npz", "state.json"):
             shutil.copy2(src / name, Path(checkpoint_dir) / name)

@@ -7,6 +7,7 @@ holds, not sampled and discarded), and grid search enumerates the same definitio
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 from distmis.config import ExperimentConfig, ParamSpec
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
     import optuna
 
 
-def _condition_holds(spec: ParamSpec, values: dict[str, Any]) -> bool:
+def condition_holds(spec: ParamSpec, values: dict[str, Any]) -> bool:
     """``when: {norm: group}`` holds when ``norm`` was sampled and equals ``group`` (or is in a list)."""
     for target, wanted in (spec.when or {}).items():
         if target not in values:
@@ -60,11 +61,19 @@ class DefineByRun:
         self.space = dict(space)
         self.order = ordered_params(self.space)
 
-    def __call__(self, trial: "optuna.Trial") -> None:
+    def __call__(self, trial: "optuna.Trial") -> dict[str, Any] | None:
+        """Sample every parameter whose condition holds.
+
+        Returns the values of list-valued choices (e.g. a patch shape) as constants: Optuna
+        persists only None/bool/int/float/str choices, so those are suggested as their JSON
+        text and handed back decoded (Ray's OptunaSearch merges returned constants over the
+        suggested values).
+        """
         values: dict[str, Any] = {}
+        decoded: dict[str, Any] = {}
         for name in self.order:
             spec = self.space[name]
-            if not _condition_holds(spec, values):
+            if not condition_holds(spec, values):
                 continue
             if spec.loguniform is not None:
                 values[name] = trial.suggest_float(name, *spec.loguniform, log=True)
@@ -72,9 +81,27 @@ class DefineByRun:
                 values[name] = trial.suggest_float(name, *spec.uniform)
             elif spec.randint is not None:
                 values[name] = trial.suggest_int(name, spec.randint[0], spec.randint[1] - 1)  # high exclusive, like Tune
+            elif needs_encoding(spec):
+                text = trial.suggest_categorical(name, [json.dumps(c) for c in spec.choice or []])
+                values[name] = decoded[name] = json.loads(text)
             else:
                 values[name] = trial.suggest_categorical(name, spec.choice)
-        return None
+        return decoded or None
+
+
+def needs_encoding(spec: ParamSpec) -> bool:
+    """Whether a ``choice`` holds values Optuna cannot store (lists, mappings)."""
+    return spec.choice is not None and any(not isinstance(c, (type(None), bool, int, float, str)) for c in spec.choice)
+
+
+def decode_params(space: dict[str, ParamSpec], params: dict[str, Any]) -> dict[str, Any]:
+    """Sampled parameters as configuration values (the JSON text of list-valued choices decoded)."""
+    out = dict(params)
+    for name, value in params.items():
+        spec = space.get(name)
+        if spec is not None and needs_encoding(spec) and isinstance(value, str):
+            out[name] = json.loads(value)
+    return out
 
 
 def define_by_run(space: dict[str, ParamSpec]) -> DefineByRun:
@@ -82,33 +109,64 @@ def define_by_run(space: dict[str, ParamSpec]) -> DefineByRun:
     return DefineByRun(space)
 
 
-def grid_points(space: dict[str, ParamSpec]) -> list[dict[str, Any]]:
+#: a grid larger than this is refused: at minutes per trial it would run for years (a
+#: 6e12-point grid once exhausted the driver's memory while being enumerated)
+MAX_GRID_POINTS = 100_000
+
+
+def _hashable(value: Any) -> Any:
+    """A hashable stand-in for a parameter value (list-valued choices such as a patch shape)."""
+    import json
+
+    return json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else (type(value).__name__, value)
+
+
+def param_values(spec: ParamSpec) -> list[Any]:
+    """The values of a grid axis: a ``choice`` list or every integer of a ``randint`` range."""
+    if spec.randint is not None:
+        return list(range(spec.randint[0], spec.randint[1]))
+    return list(spec.choice or [])
+
+
+def grid_size_bound(space: dict[str, ParamSpec]) -> int:
+    """An upper bound of the grid size (conditions ignored), computed without enumerating."""
+    bound = 1
+    for spec in space.values():
+        if spec.randint is not None:
+            bound *= max(1, spec.randint[1] - spec.randint[0])
+        elif spec.choice is not None:
+            bound *= max(1, len(spec.choice))
+    return bound
+
+
+def grid_points(space: dict[str, ParamSpec], *, limit: int = MAX_GRID_POINTS) -> list[dict[str, Any]]:
     """Every combination of a grid search: ``choice`` lists and integer ranges, conditions respected.
 
     Raises:
-        ConfigError: for continuous parameters, which have no grid.
+        ConfigError: for continuous parameters, which have no grid, and for a grid of more
+            than ``limit`` points (found without building it).
     """
     order = ordered_params(space)
     for name in order:
         if space[name].kind in ("uniform", "loguniform"):
             raise ConfigError(f"space.{name}: grid search needs `choice` (or `randint`) values, got {space[name].kind}")
-
-    def values_of(spec: ParamSpec) -> list[Any]:
-        if spec.randint is not None:
-            return list(range(spec.randint[0], spec.randint[1]))
-        return list(spec.choice or [])
-
     points: list[dict[str, Any]] = [{}]
     for name in order:
         spec = space[name]
+        values = param_values(spec)
         grown: list[dict[str, Any]] = []
         for point in points:
-            if _condition_holds(spec, point):
-                grown.extend({**point, name: v} for v in values_of(spec))
+            if condition_holds(spec, point):
+                grown.extend({**point, name: v} for v in values)
             else:
                 grown.append(point)
+            if len(grown) > limit:
+                raise ConfigError(
+                    f"space: the grid has more than {limit:,} points (at most {grid_size_bound(space):.3g} without "
+                    "conditions); at minutes per trial it could never finish: search fewer values, or use "
+                    "algorithm optuna / random with num_samples")
         points = grown
-    unique = {tuple(sorted(p.items(), key=lambda kv: kv[0])): p for p in points}
+    unique = {tuple(sorted(((k, _hashable(v)) for k, v in p.items()), key=lambda kv: kv[0])): p for p in points}
     return list(unique.values())
 
 

@@ -22,7 +22,7 @@ from distmis.data import (
     write_synthetic_msd,
     zscore_nonzero,
 )
-from distmis.exceptions import DataError
+from distmis.exceptions import DataError, OutputError
 
 
 def test_synth_layout_and_determinism(tmp_path: Path) -> None:
@@ -181,7 +181,7 @@ def test_bad_input_gives_one_error_and_no_output(
 def test_out_not_writable(msd16: Path, tmp_path: Path) -> None:
     blocker = tmp_path / "a_file"
     blocker.write_text("x")
-    with pytest.raises(DataError, match="cannot create output directory|not writable"):
+    with pytest.raises(OutputError, match="cannot create output directory|not writable"):
         prepare_dataset(msd16, blocker / "out", shape=(16, 16, 16))
 
 
@@ -189,7 +189,7 @@ def test_existing_out_is_not_overwritten(msd16: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
-    with pytest.raises(DataError, match="already exists"):
+    with pytest.raises(OutputError, match="already exists"):
         prepare_dataset(msd16, out, shape=(16, 16, 16))
     assert (out / "keep.txt").read_text() == "mine"
 

@@ -116,7 +116,8 @@ def test_bad_inputs_fail_per_case_and_exit_nonzero(model16: Path, tmp_path: Path
     assert "2 case(s) failed" in err
     assert "two_modalities" in err and "expected 4 modalities" in err
     assert "corrupt" in err and "cannot read NIfTI" in err
-    assert sorted(p.name for p in out.iterdir()) == ["good.nii.gz"]  # nothing (not even partial files) for the rest
+    # nothing (not even partial files) for the rest; the directory is marked as distmis' output
+    assert sorted(p.name for p in out.iterdir()) == [".distmis-output", "good.nii.gz"]
 
     no_record = tmp_path / "no-record"
     shutil.copytree(model16, no_record)

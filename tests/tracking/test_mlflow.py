@@ -62,16 +62,25 @@ def check_tracked(uri: str, experiment: str, out: Path, epochs: int) -> None:
     assert {"search.yaml", "results.csv", "best.yaml"} <= top
 
 
-def test_search_tracked_on_a_real_server(prepared16: Path, tmp_path: Path) -> None:
+def test_search_tracked_on_a_real_server(prepared16: Path, tmp_path: Path,
+                                         capfd: pytest.CaptureFixture[str]) -> None:
     server = MlflowServer(tmp_path / "server").start()
     try:
         path = space_file(tmp_path, prepared16, name="tracked", algorithm="random", samples=3, epochs=2,
                           space={"lr": {"loguniform": [3.0e-3, 2.0e-2]}, "amsgrad": {"choice": [True, False]}})
         out = tmp_path / "runs" / "tracked"
-        run_search(load_config(path, require_space=True), space_file=path, out=out, tracking_uri=server.uri, verbose=0)
+        secret_uri = server.uri.replace("http://", "http://alice:s3cret-pw@")  # the server ignores them
+        run_search(load_config(path, require_space=True), space_file=path, out=out, tracking_uri=secret_uri, verbose=0)
         check_tracked(server.uri, "tracked", out, epochs=2)
         assert not (tmp_path / "runs" / "mlflow.db").exists()  # nothing went to the default store
         assert not (out / PENDING_FILE).exists()
+        # the password is neither printed nor written to disk nor stored as a tag
+        printed = capfd.readouterr()
+        assert "s3cret-pw" not in printed.out + printed.err
+        assert not [p for p in out.rglob("*") if p.is_file() and b"s3cret-pw" in p.read_bytes()]
+        parent, children = runs_of(server.uri, "tracked")
+        for run in [parent, *children]:
+            assert "s3cret-pw" not in str(run.data.tags) + str(run.data.params)
     finally:
         server.stop()
         import ray
@@ -158,3 +167,55 @@ def test_server_killed_mid_search_loses_no_metric(prepared16: Path, tmp_path: Pa
         assert any(down_at < t < up_at for t in stamps), "no epoch was trained while the server was down"
     finally:
         server.stop()
+
+
+def test_hung_server_does_not_slow_the_search(prepared16: Path, tmp_path: Path,
+                                              capfd: pytest.CaptureFixture[str]) -> None:
+    """A tracking host that accepts connections and never answers (a real socket) must not
+    delay a single epoch: tracking is sent by a background thread, never on Tune's path."""
+    from blackhole import BlackholeProxy
+
+    from distmis.tracking import SearchTracker
+
+    server = MlflowServer(tmp_path / "server").start()
+    proxy = BlackholeProxy(server.port, hang_after_requests=3)  # hangs right after the parent run is created
+    path = space_file(tmp_path, prepared16, name="hung", algorithm="random", samples=4, epochs=3, concurrency=2,
+                      space={"lr": {"loguniform": [3.0e-3, 2.0e-2]}})
+    path.write_text(path.read_text() + "tracking: {final_flush_seconds: 2}\n")
+    out = tmp_path / "runs" / "hung"
+    try:
+        summary = run_search(load_config(path, require_space=True), space_file=path, out=out,
+                             tracking_uri=proxy.uri, verbose=0)
+        assert proxy.hanging.is_set() and proxy.hung_at is not None
+        assert summary.trials == 4 and summary.failed == 0
+        rows = read_results(out)
+        assert all(float(r["started_at"]) > proxy.hung_at - 30 for r in rows)
+        # every epoch followed the previous one by about its own duration: no 10 s HTTP timeout in between
+        for r in rows:
+            history = list(csv.DictReader(open(out / "trials" / r["trial_id"] / "metrics.csv")))
+            for prev, cur in zip(history, history[1:]):
+                gap = float(cur["finished_at"]) - float(prev["finished_at"]) - float(cur["epoch_seconds"])
+                assert gap < 5.0, (r["trial_id"], cur["epoch"], gap)
+        tracker = SearchTracker(proxy.uri, "hung", out)
+        assert tracker.channel.blocked_seconds < 1.0, tracker.channel.blocked_seconds
+        assert (out / PENDING_FILE).exists()  # nothing lost: kept for --resume
+        err = capfd.readouterr().err
+        assert err.count("is unreachable") == 1  # one warning, not one per call
+    finally:
+        proxy.stop()
+        server.stop()
+        import ray
+
+        ray.shutdown()
+
+
+def test_credentials_never_leave_the_uri(tmp_path: Path) -> None:
+    from distmis.tracking import reattach_uri, redact_uri
+
+    uri = "https://alice:s3cret@mlflow.example.org:5000/path"
+    assert redact_uri(uri) == "https://***@mlflow.example.org:5000/path"
+    assert redact_uri("http://127.0.0.1:5000") == "http://127.0.0.1:5000"
+    assert redact_uri("sqlite:////tmp/x.db") == "sqlite:////tmp/x.db"
+    # --resume completes the recorded (redacted) address from the one given again
+    assert reattach_uri(redact_uri(uri), uri, None, tmp_path) == uri
+    assert reattach_uri("http://127.0.0.1:5000", None, None, tmp_path) == "http://127.0.0.1:5000"

@@ -77,3 +77,28 @@ def test_precision_and_norm_options_train(prepared16: Path, tmp_path: Path, prec
     cfg.model.norm = norm
     result = fit(cfg, prepared16, tmp_path / "run")
     assert math.isfinite(result.history[0]["loss"]) and math.isfinite(result.history[0]["val_dice"])
+
+
+def test_saved_variables_are_found_by_name_not_position(prepared16: Path) -> None:
+    """Two same-shaped variables that change places (a code change reordering layers) must still
+    get their own values; a variable the model does not have is an error naming it."""
+    import numpy as np
+
+    from distmis.data import load_manifest
+    from distmis.exceptions import TrainingError
+    from distmis.training import Trainer, assign_by_path
+
+    trainer = Trainer(_config(prepared16), load_manifest(prepared16))
+    arrays = trainer.state_arrays()
+    assert all(k.startswith(("model/", "optimizer/opt/")) for k in arrays)
+    for var in trainer.model.weights:  # perturb, then restore from the saved arrays in reversed order
+        var.assign(np.zeros(var.shape, var.dtype.name if hasattr(var.dtype, "name") else "float32"))
+    assign_by_path(list(reversed(trainer.model.weights)), arrays, prefix="model/", source="test")
+    for var in trainer.model.weights:
+        np.testing.assert_array_equal(np.asarray(var.numpy()), arrays[f"model/{var.path}"])
+    legacy = {f"model/{i:04d}": np.asarray(v.numpy()) for i, v in enumerate(trainer.model.weights)}
+    assign_by_path(trainer.model.weights, legacy, prefix="model/", source="old weights.npz")  # still readable
+    renamed = dict(arrays)
+    renamed["model/renamed"] = renamed.pop(f"model/{trainer.model.weights[0].path}")
+    with pytest.raises(TrainingError, match=r"test: its variables do not match .*missing \['down0_conv1/kernel'\]"):
+        assign_by_path(trainer.model.weights, renamed, prefix="model/", source="test")

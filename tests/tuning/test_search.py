@@ -229,3 +229,33 @@ def test_failed_trial_restarts_from_its_last_checkpoint(prepared16: Path, tmp_pa
     assert epochs == [1, 2, 3, 4]  # resumed after the failure, no epoch repeated or lost
     text = (tmp_path / "search.log").read_text()
     assert f"trial {rows[0]['trial_id']} resumes from epoch" in text  # not from scratch
+
+
+def test_configuration_failure_is_reported_once_not_retried(prepared16: Path, tmp_path: Path,
+                                                           local_ray: None) -> None:
+    """A trial whose configuration cannot be trained ends at once with the reason; Tune's
+    max_failures retries (which would repeat the same failure) are not spent on it."""
+    from ray import tune
+
+    from distmis.tuning._keys import FAILURE
+    from distmis.tuning._ray import init_ray
+    from distmis.tuning._trial import TrialContext, trainable_for
+
+    init_ray(None, num_cpus=2)
+    base = ExperimentConfig.model_validate({"data": {"source": str(prepared16)}, "train": {"epochs": 2}})
+    context = TrialContext(base_config=base.to_yaml_dict(), prepared=str(prepared16), trials_dir=str(tmp_path / "t"),
+                           metric="val_dice", mode="max", threads=1)
+    tuner = tune.Tuner(
+        tune.with_resources(trainable_for(context), {"cpu": 1}),
+        param_space={"depth": 11},  # refused by model.depth (le=6) when the trial builds its configuration
+        tune_config=tune.TuneConfig(metric="val_dice", mode="max", num_samples=1),
+        run_config=tune.RunConfig(storage_path=str(tmp_path / "tune"), verbose=0,
+                                  failure_config=tune.FailureConfig(max_failures=3)),
+    )
+    grid = tuner.fit()
+    result = grid[0]
+    assert result.error is None
+    assert "model.depth" in result.metrics[FAILURE] and "less than or equal to 6" in result.metrics[FAILURE]
+    assert result.metrics["training_iteration"] == 1
+    trial = grid._experiment_analysis.trials[0]
+    assert trial.run_metadata.num_failures == 0  # ended once, not retried 3 times

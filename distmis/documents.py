@@ -1,0 +1,188 @@
+"""Reading the JSON and YAML documents distmis is given, as untrusted input.
+
+``dataset.json`` is often written by hand or shared between groups; ``info.json`` and
+``preprocessing.json`` travel with datasets and models. Plain ``json.loads`` / ``yaml.safe_load``
+let a duplicated key silently win (a second ``train:`` section replaced the first), raise
+``RecursionError`` on deeply nested input, expand YAML alias bombs into gigabytes, and
+leave type mistakes to a ``KeyError`` deep inside training. Here every document is read
+strictly and checked against a pydantic model, and every problem becomes one error naming
+the file, the field and what was expected.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from distmis.exceptions import DistmisError
+
+M = TypeVar("M", bound=BaseModel)
+
+#: the most nodes a YAML document may expand to (aliases counted at every use): far above any
+#: real search-space file (a few hundred), far below an alias bomb (a billion)
+MAX_YAML_NODES = 100_000
+#: deepest nesting accepted in JSON documents (real ones are 3-4 levels deep)
+MAX_JSON_DEPTH = 64
+
+
+class DuplicateKeyError(ValueError):
+    """A mapping repeats a key (raised while parsing; turned into the caller's error class)."""
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise DuplicateKeyError(f"duplicate key {key!r}")
+        seen[key] = value
+    return seen
+
+
+def _depth(value: Any, limit: int) -> int:
+    """Nesting depth of a parsed JSON value, without recursion (stops past ``limit``)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            return deepest
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+    return deepest
+
+
+def read_json(path: str | Path, *, error: type[DistmisError], what: str = "JSON") -> Any:
+    """Parse a JSON file strictly: UTF-8, no duplicate keys, nesting at most :data:`MAX_JSON_DEPTH`.
+
+    Raises:
+        error: naming the file and the problem.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise error(f"{path}: missing") from None
+    except UnicodeDecodeError as exc:
+        raise error(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); expected {what}") from None
+    except OSError as exc:
+        raise error(f"{path}: cannot read ({exc.strerror})") from None
+    try:
+        data = json.loads(text, object_pairs_hook=_no_duplicates)
+    except DuplicateKeyError as exc:
+        raise error(f"{path}: {exc}: each key may appear once (a repeated key would silently replace the first)") from None
+    except RecursionError:
+        raise error(f"{path}: nested more than {MAX_JSON_DEPTH} levels deep; expected {what}") from None
+    except json.JSONDecodeError as exc:
+        raise error(f"{path}: not valid JSON: {exc}") from None
+    if _depth(data, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
+        raise error(f"{path}: nested more than {MAX_JSON_DEPTH} levels deep; expected {what}")
+    return data
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """``field.path: what was expected (got X)`` for the first problem, plus how many more."""
+    errors = exc.errors()
+    first = errors[0]
+    loc = ".".join(str(p) for p in first["loc"] if not (isinstance(p, str) and ("[" in p or p.startswith("function-"))))
+    msg = first["msg"].removeprefix("Value error, ")
+    got = first.get("input")
+    if first["type"] == "missing":
+        text = f"missing field {loc!r}"
+    elif first["type"] == "extra_forbidden":
+        text = f"{loc}: unknown field"
+    else:
+        shown = repr(got)
+        text = f"{loc or '<top level>'}: {msg} (got {shown[:80]}{'...' if len(shown) > 80 else ''})"
+    if len(errors) > 1:
+        text += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
+    return text
+
+
+def validate_document(model: type[M], data: Any, path: str | Path, *, error: type[DistmisError]) -> M:
+    """``model.model_validate(data)``, with a validation error turned into one line naming the file."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise error(f"{path}: {describe_validation_error(exc)}") from None
+
+
+def load_json_document(model: type[M], path: str | Path, *, error: type[DistmisError], what: str) -> M:
+    """Read ``path`` strictly and validate it against ``model``."""
+    return validate_document(model, read_json(path, error=error, what=what), path, error=error)
+
+
+# --------------------------------------------------------------------------- YAML
+class StrictYamlLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys (the last one would silently win otherwise)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                hash(key)
+            except TypeError:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"a mapping key must be a plain value, got {type(key).__name__}",
+                    key_node.start_mark) from None
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first on line {seen[key]}); each key may appear once, "
+                    "a repeated key would silently replace the first", key_node.start_mark)
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+StrictYamlLoader.add_constructor("tag:yaml.org,2002:map", StrictYamlLoader.construct_yaml_map)
+
+
+def expanded_size(node: yaml.Node | None, limit: int = MAX_YAML_NODES) -> int:
+    """How many nodes ``node`` stands for once every alias is expanded (stops counting past ``limit``).
+
+    A composed YAML graph shares aliased nodes, so a "billion laughs" file is small until
+    something walks it; this counts the walk with memoisation instead of doing it.
+    """
+    if node is None:
+        return 0
+    memo: dict[int, int] = {}
+    order: list[yaml.Node] = []
+    stack: list[tuple[yaml.Node, bool]] = [(node, False)]
+    while stack:  # iterative post-order: deep documents must not hit the recursion limit
+        item, children_done = stack.pop()
+        if id(item) in memo:
+            continue
+        children = _children(item)
+        if children_done or not children:
+            size = 1 + sum(memo.get(id(c), 0) for c in children)
+            memo[id(item)] = min(size, limit + 1)
+            order.append(item)
+            continue
+        stack.append((item, True))
+        stack.extend((c, False) for c in children if id(c) not in memo)
+    return memo[id(node)]
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+__all__ = [
+    "MAX_JSON_DEPTH",
+    "MAX_YAML_NODES",
+    "StrictYamlLoader",
+    "describe_validation_error",
+    "expanded_size",
+    "load_json_document",
+    "read_json",
+    "validate_document",
+]

@@ -1,0 +1,375 @@
+"""How distmis writes files: all at once, never over an input, and only over its own outputs.
+
+Researchers' raw scans are irreplaceable, so every output goes through this module:
+
+* **All or nothing.** A file or directory is written under a temporary name beside its
+  target (same filesystem) and renamed into place; on any error, Ctrl-C included, the
+  temporary is removed. An existing directory is *exchanged* with the new one in a single
+  ``renameat2(RENAME_EXCHANGE)`` where the kernel offers it, so there is no instant at which
+  neither exists (a crash between "remove old" and "rename new" used to leave no ``best/``).
+* **Only over our own outputs.** Every output directory carries a small marker file
+  (:data:`MARKER`) recording which command wrote it; single-file outputs carry the same
+  signature inside the file (PNG/GIF text, NIfTI ``descrip``). ``--overwrite`` replaces a
+  target only when that mark is there: a user's own directory is never deleted.
+* **Never over an input.** :func:`check_output` refuses an output that is, contains, or
+  lies inside one of the command's inputs (source data, prepared data, model, scans), and
+  names the input it would destroy.
+* **Shareable.** Files and directories get the modes the user's umask gives (a research
+  group reads a prepared dataset on a shared filesystem); only secrets are made 0600 by
+  their writers. ``mkdtemp``/``mkstemp`` alone would give 0700/0600.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from distmis.exceptions import DistmisError, OutputError
+
+MARKER = ".distmis-output"
+SIGNATURE = "distmis"
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+# --------------------------------------------------------------------------- modes
+def current_umask() -> int:
+    """The process umask, read without changing it (``os.umask`` can only be read by setting it)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _as_umask_allows(path: Path, *, directory: bool) -> None:
+    base = 0o777 if directory else 0o666
+    with contextlib.suppress(OSError):
+        os.chmod(path, base & ~current_umask())
+
+
+# --------------------------------------------------------------------------- ownership
+def marker_info(directory: Path) -> dict[str, Any] | None:
+    """What the marker of ``directory`` says (``None``: not a distmis output directory)."""
+    path = Path(directory) / MARKER
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and str(data.get("written_by", "")).startswith(SIGNATURE) else None
+
+
+def write_marker(directory: Path, command: str) -> None:
+    """Mark ``directory`` as written by ``distmis <command>``."""
+    from distmis import __version__
+
+    record = {"written_by": f"{SIGNATURE} {command}", "version": __version__,
+              "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    write_text_atomic(Path(directory) / MARKER, json.dumps(record) + "\n")
+
+
+def file_signature(path: Path) -> str | None:
+    """The distmis signature embedded in a single-file output, or ``None``.
+
+    PNG ``Software`` text and GIF comments (written by matplotlib / Pillow), NIfTI ``descrip``
+    (written by ``distmis predict``).
+    """
+    path = Path(path)
+    name = path.name.lower()
+    try:
+        if name.endswith((".png", ".gif")):
+            from PIL import Image
+
+            with Image.open(path) as img:
+                text = img.info.get("Software") or img.info.get("comment") or b""
+            text = text.decode("utf-8", "replace") if isinstance(text, bytes) else str(text)
+        elif name.endswith((".nii", ".nii.gz")):
+            import nibabel as nib
+
+            descrip = nib.load(str(path)).header["descrip"]
+            text = bytes(descrip.item() if hasattr(descrip, "item") else descrip).decode("utf-8", "replace")
+        else:
+            return None
+    except Exception:  # noqa: BLE001 - unreadable or not of that type: not ours
+        return None
+    return text if text.startswith(SIGNATURE) else None
+
+
+def written_by_distmis(path: Path) -> bool:
+    """Whether ``path`` (a directory or a single-file output) carries distmis' mark."""
+    path = Path(path)
+    if path.is_dir():
+        return marker_info(path) is not None
+    return file_signature(path) is not None
+
+
+# --------------------------------------------------------------------------- where outputs may go
+def _real(path: str | os.PathLike[str]) -> Path:
+    return Path(os.path.realpath(os.path.expanduser(str(path))))
+
+
+def _name_limits(path: Path) -> tuple[int, int]:
+    """NAME_MAX and PATH_MAX of the filesystem ``path`` would be on (its nearest existing ancestor)."""
+    for probe in [path, *path.parents]:
+        try:
+            if probe.exists():
+                return os.pathconf(probe, "PC_NAME_MAX"), os.pathconf(probe, "PC_PATH_MAX")
+        except (OSError, ValueError):  # a component too long to even look up
+            continue
+    return 255, 4096
+
+
+def check_output(
+    out: str | os.PathLike[str],
+    *,
+    option: str,
+    inputs: Mapping[str, str | os.PathLike[str] | None] = (),  # type: ignore[assignment]
+) -> Path:
+    """Refuse an output path that would destroy or pollute an input, or that cannot exist.
+
+    Args:
+        out: the output path.
+        option: how the user gave it (``--out``, ``OUT``), for the message.
+        inputs: ``{description: path}`` of everything the command reads.
+
+    Returns:
+        The output path (as given, expanded).
+
+    Raises:
+        OutputError: ``out`` is, contains or lies inside an input, or its name is too long.
+    """
+    out_path = Path(os.path.expanduser(str(out)))
+    name_max, path_max = _name_limits(out_path.absolute())
+    for part in out_path.absolute().parts:
+        if len(part.encode()) > name_max:
+            raise OutputError(f"{option} {str(out)[:80]}...: a name of {len(part.encode())} bytes is longer than "
+                              f"this filesystem allows ({name_max})")
+    if len(str(out_path.absolute()).encode()) >= path_max:
+        raise OutputError(f"{option}: the path is {len(str(out_path.absolute()).encode())} bytes long; this "
+                          f"filesystem allows {path_max}")
+    real_out = _real(out_path)
+    for what, given in dict(inputs).items():
+        if given is None:
+            continue
+        real_in = _real(given)
+        if real_out == real_in:
+            raise OutputError(f"{option} {out} is the {what} {given}; writing there would destroy it")
+        if real_out in real_in.parents:
+            raise OutputError(f"{option} {out} contains the {what} {given}; writing there would destroy it")
+        if real_in in real_out.parents:
+            raise OutputError(f"{option} {out} lies inside the {what} {given}; outputs never go into an input")
+    return out_path
+
+
+def check_replaceable(out: Path, *, option: str, overwrite: bool) -> None:
+    """An existing ``out`` may only be replaced with ``overwrite`` and when distmis wrote it."""
+    out = Path(out)
+    if not (out.exists() or out.is_symlink()):
+        return
+    if not overwrite:
+        raise OutputError(f"{option} {out}: already exists; pass --overwrite to replace it, or choose another path")
+    if out.is_symlink() or not written_by_distmis(out):
+        kind = "directory" if out.is_dir() else "file"
+        raise OutputError(f"{option} {out}: this {kind} was not written by distmis (no {MARKER} marker / signature); "
+                          "--overwrite only replaces distmis' own outputs: remove it yourself or choose another path")
+
+
+# --------------------------------------------------------------------------- atomic writes
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two paths (Linux ``renameat2(RENAME_EXCHANGE)``); ``False`` where unsupported."""
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def replace_directory(new: Path, target: Path) -> None:
+    """Put directory ``new`` at ``target``, replacing what is there, with no moment without one."""
+    new, target = Path(new), Path(target)
+    if not target.exists():
+        os.replace(new, target)
+        return
+    if _exchange(new, target):
+        shutil.rmtree(new, ignore_errors=True)  # ``new`` now holds the old content
+        return
+    old = target.with_name(f".{target.name[:40]}.old-{os.getpid()}")
+    os.replace(target, old)
+    os.replace(new, target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def make_parents(directory: Path) -> list[Path]:
+    """``mkdir -p directory``; returns the directories it created, outermost first."""
+    created: list[Path] = []
+    probe = Path(directory)
+    while not probe.exists() and probe != probe.parent:
+        created.append(probe)
+        probe = probe.parent
+    try:
+        Path(directory).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        remove_if_empty(list(reversed(created)))
+        raise OutputError(f"{directory}: cannot create output directory ({exc.strerror})") from None
+    return list(reversed(created))
+
+
+def remove_if_empty(directories: list[Path]) -> None:
+    """Undo :func:`make_parents` after a failure (innermost first; non-empty ones stay)."""
+    for directory in reversed(directories):
+        with contextlib.suppress(OSError):
+            directory.rmdir()
+
+
+def _tmp_sibling(target: Path, *, directory: bool) -> Path:
+    # a short temporary name: a target name near the filesystem limit must still fit
+    parent = target.parent if str(target.parent) else Path(".")
+    if directory:
+        tmp = Path(tempfile.mkdtemp(prefix=".distmis-tmp-", dir=parent))
+    else:
+        suffix = "".join(target.suffixes[-2:])[:16] if target.suffixes else ""
+        fd, name = tempfile.mkstemp(prefix=".distmis-tmp-", suffix=suffix, dir=parent)
+        os.close(fd)
+        tmp = Path(name)
+    _as_umask_allows(tmp, directory=directory)
+    return tmp
+
+
+@contextlib.contextmanager
+def atomic_directory(out: Path, *, command: str, overwrite: bool = False, option: str = "OUT",
+                     inside_own_output: bool = False) -> Iterator[Path]:
+    """Yield a temporary sibling of ``out``; it becomes ``out`` (marked) only if the block succeeds.
+
+    An existing ``out`` is replaced only with ``overwrite`` and only if distmis wrote it
+    (checked before and again at the end, in case it appeared meanwhile).
+    ``inside_own_output`` is for parts of an output distmis already owns (a run's
+    ``checkpoint/`` and ``best/``), which may predate markers: they are replaced as they are.
+
+    Raises:
+        OutputError: ``out`` exists and may not be replaced.
+    """
+    out = Path(out)
+    if not inside_own_output:
+        check_replaceable(out, option=option, overwrite=overwrite)
+    parents = make_parents(out.parent if str(out.parent) else Path("."))
+    tmp = _tmp_sibling(out, directory=True)
+    try:
+        yield tmp
+        write_marker(tmp, command)
+        if not inside_own_output:
+            check_replaceable(out, option=option, overwrite=overwrite)
+        replace_directory(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        remove_if_empty(parents)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_file(path: Path) -> Iterator[Path]:
+    """Yield a temporary path beside ``path`` (same suffix); renamed to ``path`` if the block succeeds."""
+    path = Path(path)
+    parents = make_parents(path.parent if str(path.parent) else Path("."))
+    tmp = _tmp_sibling(path, directory=False)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        remove_if_empty(parents)
+        raise
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename."""
+    with atomic_file(Path(path)) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def write_secret(path: Path, text: str) -> None:
+    """Write a secret (a token) readable by its owner only, atomically."""
+    path = Path(path)
+    make_parents(path.parent)
+    tmp = _tmp_sibling(path, directory=False)
+    try:
+        os.chmod(tmp, 0o600)
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def owned_output_directory(out: Path, *, command: str, option: str) -> Iterator[Path]:
+    """Create ``out`` (marked) for an output written piece by piece (a search, a training run).
+
+    ``out`` must not exist, or be empty, or be a directory distmis marked for the same
+    command. If the block fails with a :class:`DistmisError` (bad input found late) and this
+    call created ``out``, it is removed again: bad input leaves nothing behind.
+    """
+    out = Path(out)
+    created = make_parents(out) if not out.exists() else []
+    if not created:
+        if not out.is_dir():
+            raise OutputError(f"{option} {out}: exists and is not a directory")
+        info = marker_info(out)
+        if info is None and any(out.iterdir()):
+            raise OutputError(f"{option} {out}: a non-empty directory not written by distmis; choose another path")
+        if info is not None and info.get("written_by") != f"{SIGNATURE} {command}":
+            raise OutputError(f"{option} {out}: holds the output of {info.get('written_by')!r}, "
+                              f"not of distmis {command}; choose another path")
+    try:
+        if marker_info(out) is None:
+            write_marker(out, command)
+        yield out
+    except DistmisError:
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+            remove_if_empty(created[:-1])
+        raise
+
+
+__all__ = [
+    "MARKER",
+    "SIGNATURE",
+    "atomic_directory",
+    "atomic_file",
+    "check_output",
+    "check_replaceable",
+    "current_umask",
+    "file_signature",
+    "make_parents",
+    "marker_info",
+    "owned_output_directory",
+    "remove_if_empty",
+    "replace_directory",
+    "write_json_atomic",
+    "write_marker",
+    "write_secret",
+    "write_text_atomic",
+    "written_by_distmis",
+]

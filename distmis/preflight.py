@@ -1,0 +1,262 @@
+"""Checks that must pass before any work starts: what would otherwise fail after hours.
+
+``distmis validate`` runs them, and so do ``tune``, ``train`` and ``compare`` before Ray
+starts or a model is built. They look at everything a search could sample, not only the
+defaults: every value of every parameter (both ends of a range), the combinations of
+those values (so ``groups`` that do not divide ``filters`` are found), the data the search
+will read (prepared shape, split sizes), and the search settings themselves.
+
+Continuous parameters are checked at both ends of their range: every constraint of a
+configuration field is a bound (``ge``, ``gt``, ``le``, ``lt``), so if both ends pass, every
+value between them does.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from distmis.config import ExperimentConfig, ParamSpec, apply_params, resolve_param_name
+from distmis.exceptions import ConfigError, DistmisError
+
+#: corner combinations checked exhaustively up to this many (then parameter by parameter)
+MAX_COMBINATIONS = 4096
+HIGHER_IS_BETTER = ("dice", "iou")
+LOWER_IS_BETTER = ("loss",)
+
+
+@dataclass(frozen=True)
+class DataFacts:
+    """What a search will train on, known without preparing anything."""
+
+    source: str
+    shape: tuple[int, int, int]
+    train: int
+    val: int
+    where: str  # where the shape comes from, for messages
+
+
+def _candidates(spec: ParamSpec) -> list[Any]:
+    """Values that stand for everything ``spec`` can sample (see the module docstring)."""
+    if spec.choice is not None:
+        return list(spec.choice)
+    if spec.randint is not None:
+        low, high = spec.randint
+        return sorted({low, high - 1})
+    low, high = spec.uniform if spec.uniform is not None else spec.loguniform  # type: ignore[misc]
+    return [low, high]
+
+
+def _refusal(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"] if not (isinstance(p, str) and "[" in p))
+        return f"{loc + ': ' if loc else ''}{err['msg'].removeprefix('Value error, ')}"
+    return str(exc)
+
+
+def _check_values(config: ExperimentConfig) -> list[tuple[tuple[Any, ...], str]]:
+    problems: list[tuple[tuple[Any, ...], str]] = []
+    for i, point in enumerate(config.search.points or []):
+        try:
+            apply_params(config, point)
+        except (ValidationError, ValueError) as exc:
+            problems.append((("search", "points", i), f"{point} is refused: {_refusal(exc)}"))
+    for name, spec in config.space.items():
+        for value in _candidates(spec):
+            try:
+                apply_params(config, {name: value})
+            except (ValidationError, ValueError) as exc:
+                problems.append((("space", name), f"can sample {value!r}, which {resolve_param_name(name)} "
+                                                  f"refuses: {_refusal(exc)}"))
+                break
+    return problems
+
+
+def _check_combinations(config: ExperimentConfig) -> list[tuple[tuple[Any, ...], str]]:
+    """Combinations of corner values, conditions respected (``groups`` x ``filters`` and the like)."""
+    from distmis.tuning.space import condition_holds, ordered_params
+
+    order = ordered_params(config.space)
+    sizes = [len(_candidates(config.space[n])) for n in order]
+    if math.prod(sizes) > MAX_COMBINATIONS:
+        return []
+    for combo in itertools.product(*(_candidates(config.space[n]) for n in order)):
+        point: dict[str, Any] = {}
+        for name, value in zip(order, combo, strict=True):
+            if condition_holds(config.space[name], point):
+                point[name] = value
+        try:
+            apply_params(config, point)
+        except (ValidationError, ValueError) as exc:
+            return [(("space",), f"the combination {point} can be sampled and is refused: {_refusal(exc)}")]
+    return []
+
+
+def _check_conditions(config: ExperimentConfig) -> list[tuple[tuple[Any, ...], str]]:
+    from distmis.tuning.space import param_values
+
+    problems: list[tuple[tuple[Any, ...], str]] = []
+    for name, spec in config.space.items():
+        for target, wanted in (spec.when or {}).items():
+            if target not in config.space or target == name:
+                continue  # reported by config validation
+            tspec = config.space[target]
+            allowed = wanted if isinstance(wanted, list) else [wanted]
+            if tspec.kind in ("uniform", "loguniform"):
+                problems.append((("space", name, "when", target),
+                                 f"condition on the continuous parameter {target!r} can never hold exactly; "
+                                 "condition on a choice or randint parameter"))
+                continue
+            values = param_values(tspec)
+            if not any(v in allowed for v in values):  # the same test as space.condition_holds
+                problems.append((("space", name, "when", target),
+                                 f"condition {target} == {wanted!r} can never hold: {target} takes {values}, so "
+                                 f"{name} would never be searched"))
+    return problems
+
+
+def _check_search(config: ExperimentConfig) -> list[tuple[tuple[Any, ...], str]]:
+    problems: list[tuple[tuple[Any, ...], str]] = []
+    s = config.search
+    if s.metric.endswith(HIGHER_IS_BETTER) and s.mode == "min":
+        problems.append((("search", "mode"), f"'min' with metric {s.metric}, where higher is better: the search would "
+                                             "look for the worst model; use mode: max"))
+    if s.metric.endswith(LOWER_IS_BETTER) and s.mode == "max":
+        problems.append((("search", "mode"), f"'max' with metric {s.metric}, where lower is better: the search would "
+                                             "look for the worst model; use mode: min"))
+    if s.algorithm == "grid" and config.space:
+        from distmis.tuning.space import grid_points
+
+        try:
+            grid_points(config.space)
+        except ConfigError as exc:
+            problems.append((("space",), str(exc).removeprefix("space: ")))
+    return problems
+
+
+def data_facts(config: ExperimentConfig, base_dir: Path) -> DataFacts:
+    """Shape and split sizes of the data ``config`` will train on, read without preparing it.
+
+    Raises:
+        DataError: the source does not exist or is malformed (naming the file).
+    """
+    from distmis.data import load_manifest, read_dataset_json, split_cases
+    from distmis.data._prepare import MANIFEST
+    from distmis.exceptions import DataError
+
+    data = config.data
+    prep = data.prepare
+    if data.source == "synthetic":
+        ids = [f"SYNTH_{i:03d}" for i in range(data.synthetic.cases)]
+        split = split_cases(ids, prep.split, prep.seed)
+        return DataFacts("synthetic", tuple(prep.shape), len(split["train"]), len(split["val"]),  # type: ignore[arg-type]
+                         "data.prepare.shape")
+    src = Path(data.source).expanduser()
+    if not src.is_absolute():
+        src = (base_dir / src).resolve()
+    if (src / MANIFEST).is_file():
+        manifest = load_manifest(src)
+        return DataFacts(str(src), manifest.shape, manifest.num_cases("train"), manifest.num_cases("val"),
+                         f"{src / MANIFEST}")
+    if (src / "dataset.json").is_file():
+        dataset = read_dataset_json(src)
+        split = split_cases([c.case_id for c in dataset.training], prep.split, prep.seed)
+        return DataFacts(str(src), tuple(prep.shape), len(split["train"]), len(split["val"]),  # type: ignore[arg-type]
+                         "data.prepare.shape")
+    raise DataError(f"data.source: {src} holds neither dataset.json (MSD) nor {MANIFEST} (prepared)")
+
+
+def _sampled(config: ExperimentConfig, field: str) -> list[Any]:
+    """Every value ``field`` (dotted) can take in this search: the base value and the space's."""
+    section, _, name = field.partition(".")
+    values = [getattr(getattr(config, section), name)]
+    for key, spec in config.space.items():
+        try:
+            if resolve_param_name(key) == field:
+                values.extend(_candidates(spec))
+        except ValueError:
+            continue
+    return values
+
+
+def _check_data(config: ExperimentConfig, facts: DataFacts) -> list[tuple[tuple[Any, ...], str]]:
+    problems: list[tuple[tuple[Any, ...], str]] = []
+    depths = [d for d in _sampled(config, "model.depth") if isinstance(d, int)]
+    divisor = 2 ** (max(depths) - 1) if depths else 1
+    if any(s % divisor for s in facts.shape):
+        problems.append((("data",), f"the prepared volumes are {list(facts.shape)} ({facts.where}); a depth-{max(depths)} "
+                                    f"U-Net needs every side divisible by {divisor} (validation runs on whole volumes)"))
+    for patch in _sampled(config, "train.patch"):
+        if patch is None:
+            continue
+        patch = tuple(patch)
+        if any(p > s for p, s in zip(patch, facts.shape, strict=False)):
+            problems.append((("train", "patch"), f"{list(patch)} is larger than the prepared volumes "
+                                                 f"{list(facts.shape)} ({facts.where})"))
+        elif any(p % divisor for p in patch):
+            problems.append((("train", "patch"), f"{list(patch)}: a depth-{max(depths)} U-Net needs every side "
+                                                 f"divisible by {divisor}"))
+    if config.search.metric.startswith("val_") and facts.val == 0:
+        problems.append((("search", "metric"), f"{config.search.metric} needs validation cases, but the validation "
+                                               f"split of {facts.source} is empty; give it cases (data.prepare.split, "
+                                               "distmis prepare --split) or use metric dice / loss"))
+    batches = [b for b in _sampled(config, "train.batch_size_per_replica") if isinstance(b, int)]
+    global_batch = max(batches) * config.parallelism.workers_per_trial
+    if facts.train < global_batch:
+        problems.append((("train", "batch_size_per_replica"),
+                         f"one global batch is {global_batch} cases ({max(batches)} per replica x "
+                         f"{config.parallelism.workers_per_trial} worker(s)), the training split has {facts.train}"))
+    return problems
+
+
+def preflight(config: ExperimentConfig, *, path: str | Path, base_dir: Path | None = None,
+              check_data: bool = True) -> DataFacts | None:
+    """Refuse a configuration that would fail (or mislead) after the work has started.
+
+    Args:
+        config: the loaded configuration.
+        path: its file, for messages.
+        base_dir: what relative ``data.source`` paths are relative to (the file's directory).
+        check_data: also read the data source (shape, split sizes).
+
+    Returns:
+        The data facts when ``check_data``.
+
+    Raises:
+        ConfigError: one message listing every problem, each naming its YAML field.
+        DataError: the data source is missing or malformed.
+    """
+    problems = _check_values(config)
+    values_ok = not problems
+    if values_ok:
+        problems += _check_combinations(config)
+    problems += _check_conditions(config) + _check_search(config)
+    facts = None
+    if check_data:
+        try:
+            facts = data_facts(config, base_dir or Path(path).resolve().parent)
+        except DistmisError:
+            if problems:
+                raise _error(path, problems) from None
+            raise
+        if values_ok:  # data checks reason over the sampled values: only once those are known good
+            problems += _check_data(config, facts)
+    if problems:
+        raise _error(path, problems)
+    return facts
+
+
+def _error(path: str | Path, problems: list[tuple[tuple[Any, ...], str]]) -> ConfigError:
+    located = [f"{path}: {'.'.join(str(p) for p in loc)}: {msg}" for loc, msg in problems]
+    if len(located) == 1:
+        return ConfigError(located[0])
+    return ConfigError(f"{path}: {len(located)} problems\n" + "\n".join(f"  {line}" for line in located))
+
+
+__all__ = ["DataFacts", "data_facts", "preflight"]

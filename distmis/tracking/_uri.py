@@ -1,0 +1,69 @@
+"""Which MLflow store a search uses, and how its address is shown without its credentials."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+# scheme://user:password@host -> scheme://***@host (also a user name alone)
+_CREDENTIALS = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<auth>[^@/?#]*)@")
+REDACTED = "***"
+
+
+def redact_uri(uri: str | None) -> str:
+    """``uri`` with any ``user:password@`` replaced, for printing, tags and files on disk."""
+    if not uri:
+        return uri or ""
+    return _CREDENTIALS.sub(lambda m: f"{m.group('scheme')}{REDACTED}@", uri)
+
+
+def default_tracking_uri(out: Path) -> str:
+    """A SQLite store beside the experiment directories (``runs/mlflow.db``): one UI shows every search."""
+    return f"sqlite:///{(out.parent / 'mlflow.db').resolve()}"
+
+
+def resolve_tracking_uri(cli: str | None, config_uri: str | None, out: Path) -> str:
+    """``--tracking-uri`` > the YAML's ``tracking.uri`` > ``$MLFLOW_TRACKING_URI`` > the default SQLite store."""
+    return cli or config_uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri(out)
+
+
+def reattach_uri(recorded: str, cli: str | None, config_uri: str | None, out: Path) -> str:
+    """The store to reattach to on ``--resume``: the recorded one, with its credentials given again.
+
+    Credentials are never written to disk, so a recorded address whose credentials were
+    removed is completed from ``--tracking-uri`` / ``tracking.uri`` / ``$MLFLOW_TRACKING_URI``
+    when that names the same store (MLflow's own ``MLFLOW_TRACKING_USERNAME``/``PASSWORD``
+    variables work as well).
+    """
+    given = resolve_tracking_uri(cli, config_uri, out)
+    if redact_uri(given) == recorded:
+        return given
+    return recorded.replace(f"{REDACTED}@", "", 1) if f"://{REDACTED}@" in recorded else recorded
+
+
+def mlflow_client(uri: str):  # noqa: ANN201
+    """An ``MlflowClient`` that does not print run URLs: MLflow writes "View run ... at <uri>"
+    to stdout on every run end, credentials in the URI included, and a search ends dozens."""
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def artifact_root(uri: str, experiment: str) -> str | None:
+    """For a local SQLite store, artifacts go beside the database (``mlartifacts/<experiment>``)."""
+    if uri.startswith("sqlite:///"):
+        db = Path(uri.removeprefix("sqlite:///"))
+        return (db.parent / "mlartifacts" / experiment).resolve().as_uri()
+    return None  # a tracking server decides (``--default-artifact-root`` / ``--serve-artifacts``)
+
+
+def experiment_id(client: Any, uri: str, name: str) -> str:
+    """The id of experiment ``name``, created (artifacts beside a local SQLite store) if missing."""
+    exp = client.get_experiment_by_name(name)
+    return exp.experiment_id if exp else client.create_experiment(name, artifact_location=artifact_root(uri, name))
+
+
+__all__ = ["default_tracking_uri", "experiment_id", "mlflow_client", "reattach_uri", "redact_uri", "resolve_tracking_uri"]
