@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import os
 import secrets
-import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from distmis.cluster.processes import stop_process_group
 
 VENV_BIN = Path(sys.executable).parent
 
@@ -41,35 +42,7 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 def stop_group(proc: subprocess.Popen, timeout: float = 30.0) -> None:
     """SIGTERM the process group of ``proc`` (started with start_new_session), SIGKILL after ``timeout``."""
-    try:
-        pgid = os.getpgid(proc.pid)
-    except ProcessLookupError:
-        return
-    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10.0)):
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            proc.poll()
-            if not group_alive(pgid):
-                return
-            time.sleep(0.2)
-
-
-def group_alive(pgid: int) -> bool:
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
+    stop_process_group(proc, grace=timeout)
 
 
 class RayHead:

@@ -18,9 +18,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import signal
+
     from distmis.config import load_config
     from distmis.tuning import run_search
+    from distmis.tuning._keys import STOP_REQUESTED
 
+    # the wall-time warning (SIGUSR1, forwarded by the SLURM job script) may come before Tune runs;
+    # while Tune runs, its own handler checkpoints and stops the search
+    signal.signal(signal.SIGUSR1, lambda *_: STOP_REQUESTED.set())
     config = load_config(args.space, require_space=True)
     if args.num_samples is not None:
         config.search.num_samples = args.num_samples

@@ -8,10 +8,11 @@ has joined *with every CPU and GPU it was given*, writes ``cluster.json`` and ru
 ``RAY_ADDRESS`` set. The other nodes claim their own block, poll for the ports file and the
 head's health (bounded), join, and leave when the head says the job is done.
 
-Wall time: the job script forwards SLURM's warning signal (``SIGUSR1``) here, and the head
-forwards it to CMD (``distmis tune`` checkpoints and exits with 75, "interrupted, resumable");
-a ``stop-requested`` file in the job directory does the same, for sites whose ``srun`` does not
-forward signals. A requeued job (``SLURM_RESTART_COUNT`` > 0) ignores every file the previous
+Wall time: the job script turns SLURM's warning signal into a ``stop-requested`` file in the
+job directory (a signal sent through ``srun`` would reach every process of the step, Ray's
+too, and SIGUSR1 kills them); the head watches for it and sends ``SIGUSR1`` to CMD alone
+(``distmis tune`` checkpoints and exits with 75, "interrupted, resumable"). A ``SIGUSR1`` sent
+to the head's bootstrap directly does the same. A requeued job (``SLURM_RESTART_COUNT`` > 0) ignores every file the previous
 run left: each is tagged with the restart it belongs to.
 
 What the prototype's script got wrong and this does not: no fixed port and no port drawn by
@@ -55,7 +56,7 @@ DRIVER_RESOURCE = "trial_driver"
 
 def log(msg: str) -> None:
     node = os.environ.get("SLURMD_NODENAME", socket.gethostname())
-    print(f"[distmis.cluster {node}] {msg}", file=sys.stderr, flush=True)
+    print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} [distmis.cluster {node}] {msg}", file=sys.stderr, flush=True)
 
 
 # --------------------------------------------------------------------------- SLURM facts
@@ -368,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def on_usr1(_signum: int, _frame: Any) -> None:
         if boot is not None and boot.is_head:
-            boot.request_stop()  # workers keep Ray up until the head is done
+            boot.request_stop()  # workers ignore it and keep Ray up until the head is done
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 # Keys the trial adds to every report besides the epoch metrics.
@@ -11,6 +12,9 @@ PID = "trial_pid"
 NODE = "node_ip"
 
 GRID_KEY = "grid_point"
+#: set by SIGUSR1 / SIGINT: before Tune runs (the search then starts no trial) or while it runs
+#: (Tune stops gracefully and saves its state; the search exits 75, resumable with --resume)
+STOP_REQUESTED = threading.Event()
 #: set in the one result of a trial whose configuration cannot be trained (the reason)
 FAILURE = "distmis_failure"
 

@@ -22,12 +22,12 @@ import time
 import warnings
 from pathlib import Path
 
-from distmis.files import check_output, owned_output_directory, write_text_atomic
+from distmis.files import check_output, marker_info, owned_output_directory, write_text_atomic
 from distmis.preflight import preflight
 from distmis.config import ExperimentConfig
 from distmis.exceptions import TuningError
 from distmis.tracking import PENDING_FILE, STATE_FILE, SearchTracker
-from distmis.tuning._keys import GRID_KEY
+from distmis.tuning._keys import GRID_KEY, STOP_REQUESTED
 from distmis.tuning._results import SearchSummary, summarise
 from distmis.tuning.space import define_by_run, grid_points
 
@@ -39,15 +39,27 @@ def experiment_dir(config: ExperimentConfig, out: str | os.PathLike[str] | None)
     return Path(out or Path("runs") / config.name).resolve()
 
 
-def _check_out(out: Path, resume: bool) -> None:
+
+
+def _check_out(out: Path, resume: bool) -> bool:
+    """Whether to resume; refuses an existing search without ``resume`` and nothing to resume with it.
+
+    A directory this command created for a search that was stopped before Tune started (a
+    wall-time warning during start-up) has nothing to resume: it is started afresh.
+    """
     started = (out / TUNE_DIR).exists() or (out / JOURNAL).exists()
     if resume and not started:
+        info = marker_info(out) if out.is_dir() else None
+        if info is not None and info.get("written_by") == "distmis tune":
+            print(f"distmis: {out}: the search had not started yet; starting it", flush=True)
+            return False
         raise TuningError(f"{out}: no search to resume here (no {TUNE_DIR}/ or {JOURNAL}); run without --resume")
     if not resume and started:
         raise TuningError(
             f"{out}: a search already exists here; pass --resume to continue it, or choose another --out "
             "(nothing was overwritten)"
         )
+    return resume
 
 
 def plan_concurrency(
@@ -156,6 +168,7 @@ def run_search(
     from ray import tune
 
     from distmis.tracking._callback import MlflowTrialCallback
+    from distmis.tuning._interrupt import InterruptWatch
     from distmis.tuning._data_parallel import DRIVER_RESOURCE, data_parallel_trial
     from distmis.tuning._trial import TrialContext, trainable_for
 
@@ -169,7 +182,7 @@ def run_search(
     preflight(config, path=space_file or "configuration", base_dir=base_dir)
     source = None if config.data.source == "synthetic" else (base_dir / Path(config.data.source).expanduser())
     check_output(out, option="--out", inputs={"data source": source, "search-space file": space_file})
-    _check_out(out, resume)
+    resume = _check_out(out, resume)
     start = time.time()
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "5")  # experiment state saved often: resumable after kill -9
     os.environ.setdefault("RAY_CHDIR_TO_TRIAL_DIR", "0")
@@ -254,7 +267,8 @@ def run_search(
                 # checkpoint through Ray Train (rank 0) into trials/<id>/checkpoint
                 checkpoint_config=(tune.CheckpointConfig(num_to_keep=2) if data_parallel else
                                    tune.CheckpointConfig(num_to_keep=2, checkpoint_frequency=1, checkpoint_at_end=True)),
-                callbacks=[MlflowTrialCallback(tracker, base_config=context.base_config, epochs=config.train.epochs)],
+                callbacks=[MlflowTrialCallback(tracker, base_config=context.base_config, epochs=config.train.epochs),
+                           InterruptWatch()],
                 verbose=verbose,
             ),
         )
@@ -265,12 +279,18 @@ def run_search(
         f"{config.parallelism.workers_per_trial} worker(s) per trial)",
         flush=True,
     )
+    if STOP_REQUESTED.is_set():  # the wall-time warning came during start-up
+        tracker.channel.wait_empty(config.tracking.final_flush_seconds)
+        print("distmis: stop requested before the trials started; --resume starts the search", flush=True)
+        return SearchSummary(name=config.name, out=str(out), metric=config.search.metric, mode=config.search.mode,
+                             wall_seconds=time.time() - start, trials=0, finished=0, stopped_early=0, failed=0,
+                             max_concurrent_observed=0, started_at=start, interrupted=True)
     grid = tuner.fit()
     unfinished = _unfinished_trials(grid)
-    if unfinished:  # stopped on request (SIGUSR1 from the job script, or Ctrl-C): Tune saved its state
+    if STOP_REQUESTED.is_set() or unfinished:  # stopped on request (SIGUSR1, Ctrl-C): Tune saved its state
         tracker.channel.wait_empty(config.tracking.final_flush_seconds)  # MLflow runs stay open for --resume
-        print(f"distmis: search interrupted; {unfinished} unfinished trial(s) continue from their last checkpoint "
-              f"with: distmis tune {space_file or '<file>'} --out {out} --resume", flush=True)
+        print(f"distmis: search interrupted; unfinished trials continue from their last checkpoint with: "
+              f"distmis tune {space_file or '<file>'} --out {out} --resume", flush=True)
         return SearchSummary(name=config.name, out=str(out), metric=config.search.metric, mode=config.search.mode,
                              wall_seconds=time.time() - start, trials=0, finished=0, stopped_early=0, failed=0,
                              max_concurrent_observed=0, started_at=start, interrupted=True)

@@ -1,0 +1,33 @@
+"""Telling a search that was asked to stop (the wall-time warning, Ctrl-C) from one that ended."""
+
+from __future__ import annotations
+
+from ray.tune import Callback
+
+from distmis.tuning._keys import STOP_REQUESTED
+
+
+class InterruptWatch(Callback):
+    """Notices that Tune was asked to stop (SIGUSR1 from the job script, SIGINT from Ctrl-C).
+
+    Tune installs its own handlers for both when the experiment starts and stops gracefully
+    (saving its state), but after its clean-up the trials it stopped look finished. This
+    callback's ``setup`` runs after Tune's handlers are in place and wraps them, so the search
+    can tell an interruption (exit 75, resumable) from an end.
+    """
+
+    def setup(self, **info: object) -> None:
+        import signal
+
+        for sig in (signal.SIGUSR1, signal.SIGINT):
+            previous = signal.getsignal(sig)
+
+            def handler(signum: int, frame: object, previous: object = previous) -> None:
+                STOP_REQUESTED.set()
+                if callable(previous):
+                    previous(signum, frame)
+
+            signal.signal(sig, handler)
+
+
+__all__ = ["InterruptWatch"]
