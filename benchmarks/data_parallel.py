@@ -5,9 +5,13 @@ joined by MultiWorkerMirroredStrategy over TF_CONFIG on 127.0.0.1, and prints:
 
   * samples/s of 1 worker (global batch B, 1 and 2 threads) and of 2 workers (B/2 each, 1 thread);
   * the per-step synchronisation overhead: a 2-worker step minus a 1-worker step on the
-    per-worker batch B/2 (same compute, no all-reduce).
+    per-worker batch B/2 (same compute, no all-reduce);
+  * start-up, from real ``distmis tune`` searches (4 trials) in experiment mode (2 slots) and
+    data mode (1 trial x 2 workers): each slot's cold start-up (once: its process, or its
+    worker group), and per trial the time from its start to its first epoch, minus that
+    epoch's own time, for the first trial on a slot (cold) and the later ones (warm).
 
-    python benchmarks/data_parallel.py [--size 32] [--batch 4] [--steps 30]
+    python benchmarks/data_parallel.py [--size 32] [--batch 4] [--steps 30] [--no-startup]
 """
 
 from __future__ import annotations
@@ -68,11 +72,56 @@ def run(prepared: Path, out: Path, per_replica: int, threads: int, workers: int,
     return json.loads(out.read_text())
 
 
+SEARCH = """name: {name}
+data: {{source: {prepared}}}
+train: {{epochs: 2, batch_size_per_replica: 1, patch: [{size}, {size}, {size}], augment: {{flip: false, intensity: 0.0}}}}
+model: {{depth: 3, filters: 8, norm: group, groups: 4}}
+search: {{algorithm: grid, metric: val_dice, mode: max, max_concurrent_trials: {concurrent}, scheduler: {{type: none}}}}
+space:
+  lr: {{choice: [0.02, 0.01, 0.005, 0.002]}}
+parallelism: {{mode: {mode}, workers_per_trial: {workers}, cpus_per_worker: 1}}
+"""
+
+
+def startup(work: Path, prepared: Path, size: int) -> None:
+    """Cold start-up per slot and per-trial overhead, cold and warm, measured by real searches."""
+    print("\nstart-up (4 trials x 2 epochs; overhead = first epoch's end - trial start - that epoch's time):")
+    for mode, workers, concurrent in (("experiment", 1, 2), ("data", 2, 1)):
+        space = work / f"{mode}.yaml"
+        space.write_text(SEARCH.format(name=mode, prepared=prepared, size=size, concurrent=concurrent, mode=mode,
+                                       workers=workers))
+        out = work / "runs" / mode
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_ADDRESS", "RAY_AUTH"))}
+        subprocess.run([sys.executable, "-m", "distmis", "tune", str(space), "--out", str(out)], env=env, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        firsts = []
+        for result in (out / "tune").glob("*/result.json"):
+            firsts.append(json.loads(result.read_text().splitlines()[0]))
+        slots = {r["trial_pid"]: r["group_startup_seconds"] for r in firsts}
+        cold = [r for r in firsts if not r["warm_start"]]
+        warm = [r for r in firsts if r["warm_start"]]
+
+        def overhead(rs: list[dict]) -> str:
+            values = [r["finished_at"] - r["trial_started_at"] - r["epoch_seconds"] for r in rs]
+            return f"mean {sum(values) / len(values):5.2f} s, max {max(values):5.2f} s (n={len(values)})" if values else "-"
+
+        def first_epoch(rs: list[dict]) -> str:
+            values = [r["finished_at"] - r["trial_started_at"] for r in rs]
+            return f"{sum(values) / len(values):5.2f} s" if values else "-"
+
+        wall = json.loads((out / "summary.json").read_text())["wall_seconds"]
+        print(f"  {mode:<10} {concurrent} x {workers} worker(s): wall {wall:5.1f} s; cold start-up per slot "
+              f"{sum(slots.values()) / len(slots):5.1f} s ({len(slots)} slot(s))")
+        print(f"  {'':<10} per-trial overhead, cold: {overhead(cold)}; warm: {overhead(warm)}")
+        print(f"  {'':<10} trial start to first epoch: cold {first_epoch(cold)}, warm {first_epoch(warm)}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", type=int, default=32)
     ap.add_argument("--batch", type=int, default=4, help="global batch")
     ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--no-startup", action="store_true", help="skip the start-up measurement (real searches)")
     args = ap.parse_args()
     from distmis.data import prepare_dataset, write_synthetic_msd
 
@@ -101,6 +150,8 @@ def main() -> None:
     overhead = step_ms(two) - step_ms(half_1t)
     print(f"per-step synchronisation overhead: {overhead:6.1f} ms ({step_ms(two):.1f} ms 2-worker step - "
           f"{step_ms(half_1t):.1f} ms 1-worker step on batch {half}; {100 * overhead / step_ms(two):.0f}% of the step)")
+    if not args.no_startup:
+        startup(work, work / "prep", args.size)
 
 
 if __name__ == "__main__":

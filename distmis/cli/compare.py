@@ -23,6 +23,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hybrid-workers", type=positive_int, default=None, help="n workers per hybrid trial (default 2; k/n at once)")
     p.add_argument("--baseline-trials", type=nonnegative_int, default=2,
                    help="configurations run sequentially on 1 worker to anchor speed-ups (default 2; 0: none)")
+    p.add_argument("--lr-scaling", choices=("none", "linear"), default="none",
+                   help="linear: data and hybrid also run with the learning rate x workers per trial, reported "
+                        "next to the unscaled run (default none)")
     p.add_argument("--target", type=finite_float, default=None,
                    help="metric value for time-to-target (default: the baseline's best)")
     p.add_argument("--out", default=None, help="comparison directory (default runs/compare-<name>)")
@@ -43,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
         slots=args.workers, cpus_per_worker=args.cpus_per_worker, gpus_per_worker=args.gpus_per_worker,
         hybrid_workers=args.hybrid_workers, baseline_trials=args.baseline_trials, target=args.target,
         out=args.out, resume=args.resume, address=args.address, tracking_uri=args.tracking_uri,
+        lr_scaling=args.lr_scaling,
     )
     table = Table(title=f"distmis compare (target {result.target if result.target is None else round(result.target, 4)})")
     for c in COLUMNS:

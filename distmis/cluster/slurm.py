@@ -51,7 +51,6 @@ DONE_FILE = "ray-done"
 CLUSTER_FILE = "cluster.json"
 STOP_FILE = "stop-requested"
 NODES_DIR = "nodes"
-DRIVER_RESOURCE = "trial_driver"
 
 
 def log(msg: str) -> None:
@@ -232,8 +231,7 @@ class Bootstrap:
         self._clean_previous_run()
         write_secret(self.job_dir / TOKEN_FILE, secrets.token_hex(32))
         block = self._claim_ports()
-        self._start_ray(["--head", "--dashboard-host=127.0.0.1", f"--resources={json.dumps({DRIVER_RESOURCE: 1000})}",
-                         *ray_start_arguments(block, head=True)])
+        self._start_ray(["--head", "--dashboard-host=127.0.0.1", *ray_start_arguments(block, head=True)])
         address = f"{self.ip}:{block.port('gcs')}"
         try:
             wait_until(lambda: self.ray_proc is not None and self.ray_proc.poll() is None and healthy(address, self.env),

@@ -47,6 +47,17 @@ class ModeStats:
     samples_per_second: float
     best_value: float | None
     time_to_target_seconds: float | None
+    # start-up, separated: once per slot (cold) and per trial on a warm slot
+    slot_processes: int = 0
+    cold_startup_seconds: float | None = None
+    warm_trials: int = 0
+    trial_overhead_seconds: float | None = None
+    first_trial_overhead_seconds: float | None = None
+    # what a shared cluster charges: the resources the mode held, for its wall time and to the target
+    cpu_seconds: float = 0.0
+    gpu_seconds: float = 0.0
+    cpu_seconds_to_target: float | None = None
+    gpu_seconds_to_target: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -99,6 +110,28 @@ def _counts(trials: list[TrialRecord]) -> tuple[int, int, int]:
     return len(trials) - failed - stopped, stopped, failed
 
 
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def startup_figures(mode: ModeRecord) -> dict[str, Any]:
+    """Cold start-up per slot (each slot counted once) and per-trial overhead, warm and cold."""
+    slots: dict[str, float] = {}
+    for t in mode.trials:
+        if t.slot is not None and t.group_startup is not None:
+            slots.setdefault(t.slot, t.group_startup)
+    warm = [t.overhead for t in mode.trials if t.warm and t.overhead is not None]
+    cold = [t.overhead for t in mode.trials if t.warm is False and t.overhead is not None]
+    return {"slot_processes": len(slots), "cold_startup_seconds": _mean(list(slots.values())),
+            "warm_trials": sum(1 for t in mode.trials if t.warm), "trial_overhead_seconds": _mean(warm),
+            "first_trial_overhead_seconds": _mean(cold)}
+
+
+def held_resources(mode: ModeRecord, slots: int) -> tuple[float, float]:
+    """CPUs and GPUs the mode held all along: its slots (the baseline: one)."""
+    return slots * mode.cpus_per_worker, slots * mode.gpus_per_worker
+
+
 def analyse(modes: dict[str, ModeRecord], *, slots: int, target: float | None = None) -> tuple[float | None, list[ModeStats]]:
     """(target used, one ``ModeStats`` per mode, the baseline first)."""
     target = choose_target(modes, target)
@@ -117,15 +150,17 @@ def analyse(modes: dict[str, ModeRecord], *, slots: int, target: float | None = 
         phase = max(end - start, 1e-9)
         samples = sum(t.samples for t in mode.trials)
         finished, stopped, failed = _counts(mode.trials)
+        k = 1 if name == BASELINE else slots
         seq = speedup = eff = phase_speedup = None
         if rate is not None and fixed is not None:
             seq = fixed + rate * samples
             speedup = seq / mode.wall_seconds if mode.wall_seconds > 0 else None
-            k = 1 if name == BASELINE else slots
             eff = speedup / k if speedup is not None else None
             phase_speedup = rate * samples / phase
+        cpus, gpus = held_resources(mode, k)
+        to_target = time_to_target(mode, target)
         stats.append(ModeStats(
-            mode=name, slots=1 if name == BASELINE else slots, workers_per_trial=mode.workers_per_trial,
+            mode=name, slots=k, workers_per_trial=mode.workers_per_trial,
             concurrent_trials=mode.concurrent_trials, max_concurrent_observed=mode.max_concurrent_observed,
             global_batch=mode.global_batch, lr_scaling=mode.lr_scaling, scaling=mode.scaling,
             wall_seconds=mode.wall_seconds, trial_phase_seconds=phase, sequential_estimate_seconds=seq,
@@ -133,7 +168,10 @@ def analyse(modes: dict[str, ModeRecord], *, slots: int, target: float | None = 
             finished=finished, stopped_early=stopped, failed=failed,
             trials_per_hour=len(mode.trials) / mode.wall_seconds * 3600 if mode.wall_seconds > 0 else 0.0,
             samples=samples, samples_per_second=samples / phase, best_value=_best(mode),
-            time_to_target_seconds=time_to_target(mode, target),
+            time_to_target_seconds=to_target, **startup_figures(mode),
+            cpu_seconds=cpus * mode.wall_seconds, gpu_seconds=gpus * mode.wall_seconds,
+            cpu_seconds_to_target=None if to_target is None else cpus * to_target,
+            gpu_seconds_to_target=None if to_target is None else gpus * to_target,
         ))
     return target, stats
 

@@ -41,6 +41,8 @@ class ModePlan:
     workers_per_trial: int
     concurrent_trials: int
     points: tuple[dict[str, Any], ...]
+    #: "linear": the learning rate times the workers per trial (a "-lr" variant of data/hybrid)
+    lr_scaling: str | None = None
 
     @property
     def parallelism_mode(self) -> str:
@@ -81,9 +83,13 @@ def fixed_points(config: ExperimentConfig, budget: int) -> list[dict[str, Any]]:
 
 def plan_modes(
     modes: list[str], *, workers: int, points: list[dict[str, Any]], hybrid_workers: int | None,
-    baseline_trials: int,
+    baseline_trials: int, lr_scaling: str = "none",
 ) -> list[ModePlan]:
     """One plan per requested mode, plus the sequential baseline first (unless ``baseline_trials`` is 0).
+
+    With ``lr_scaling="linear"``, data and hybrid also run a ``-lr`` variant whose learning
+    rate is scaled by the workers per trial, so the report shows the accuracy side of strong
+    scaling (a larger global batch, fewer optimiser steps per epoch) with and without it.
 
     Raises:
         ConfigError: unknown mode, fewer than 2 worker slots, or a hybrid split that does not exist.
@@ -111,6 +117,11 @@ def plan_modes(
                     "set --hybrid-workers, or leave hybrid out of --modes"
                 )
             plans.append(ModePlan(mode, n, workers // n, pts))
+    if lr_scaling == "linear":
+        plans += [ModePlan(f"{p.name}-lr", p.workers_per_trial, p.concurrent_trials, p.points, "linear")
+                  for p in list(plans) if p.workers_per_trial > 1]
+    elif lr_scaling != "none":
+        raise ConfigError(f"--lr-scaling {lr_scaling!r}: expected none or linear")
     return plans
 
 
@@ -128,6 +139,8 @@ def mode_config(
     data["name"] = f"{base.name}-{plan.name}"
     data["search"].update(algorithm="points", points=[dict(p) for p in plan.points], num_samples=len(plan.points),
                           max_concurrent_trials=plan.concurrent_trials)
+    if plan.lr_scaling is not None:
+        data["train"]["lr_scaling"] = plan.lr_scaling
     data["parallelism"] = {"mode": plan.parallelism_mode, "workers_per_trial": plan.workers_per_trial,
                            "cpus_per_worker": cpus_per_worker, "gpus_per_worker": gpus_per_worker}
     # an address with credentials is not written to disk: the mode's process gets it from its environment

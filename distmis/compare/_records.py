@@ -32,6 +32,12 @@ class TrialRecord:
     started: float | None
     finished: float | None
     epochs: list[EpochPoint] = field(default_factory=list)
+    #: the slot's cold start-up (once per process / worker group), whether this trial found the
+    #: slot warm, its own overhead (first epoch's end - trial start - first epoch), the slot's pid
+    group_startup: float | None = None
+    warm: bool | None = None
+    overhead: float | None = None
+    slot: str | None = None
 
     @property
     def samples(self) -> float:
@@ -101,6 +107,8 @@ def load_mode_dir(name: str, search_dir: Path) -> ModeRecord:
             # only the epochs the search saw: a data-parallel trial's workers may finish the epoch in
             # flight after the scheduler stopped the trial; Tune (and MLflow) never get that result
             epochs=_epochs_from_csv(search_dir / "trials" / t["trial_id"] / "metrics.csv", metric)[: int(t["epochs"])],
+            group_startup=_float(t.get("group_startup_seconds")), warm=t.get("warm"),
+            overhead=_float(t.get("overhead_seconds")), slot=None if t.get("pid") is None else str(t["pid"]),
         )
         for t in summary.get("trials_detail", [])
     ]
@@ -172,7 +180,9 @@ def load_modes_from_mlflow(client: Any, compare_run_id: str) -> dict[str, ModeRe
                 trial_id=tags["distmis.trial_id"], params=params, status=tags.get("distmis.status", "?"),
                 stopped_early=tags.get("distmis.stopped_early") == "true",
                 started=_float(tags.get("distmis.started_at")), finished=_float(tags.get("distmis.finished_at")),
-                epochs=epochs,
+                epochs=epochs, group_startup=_float(tags.get("distmis.group_startup_seconds")),
+                warm=None if "distmis.warm" not in tags else tags["distmis.warm"] == "true",
+                overhead=_float(tags.get("distmis.overhead_seconds")), slot=tags.get("distmis.slot"),
             ))
         steps = first_params.get("train.steps_per_epoch")
         modes[name] = ModeRecord(

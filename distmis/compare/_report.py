@@ -11,7 +11,8 @@ from typing import Any
 from distmis.compare._analysis import BASELINE, ModeStats, best_so_far, config_key, trial_phase
 from distmis.compare._records import ModeRecord
 
-COLORS = {"baseline": "#7f7f7f", "experiment": "#1f77b4", "data": "#d62728", "hybrid": "#2ca02c"}
+COLORS = {"baseline": "#7f7f7f", "experiment": "#1f77b4", "data": "#d62728", "hybrid": "#2ca02c",
+          "data-lr": "#ff9896", "hybrid-lr": "#98df8a"}
 
 
 def _plt():  # noqa: ANN202
@@ -24,11 +25,12 @@ def _plt():  # noqa: ANN202
 
 
 def _save(fig: Any, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.tmp.png")
-    fig.savefig(tmp, dpi=100)
+    from distmis import __version__
+    from distmis.files import atomic_file
+
+    with atomic_file(path) as tmp:
+        fig.savefig(tmp, dpi=100, format="png", metadata={"Software": f"distmis compare {__version__}"})
     _plt().close(fig)
-    tmp.replace(path)
     return path
 
 
@@ -153,19 +155,25 @@ def _fmt(v: float | None, spec: str = ".2f", suffix: str = "") -> str:
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:{spec}}{suffix}"
 
 
-COLUMNS = ("mode", "trials x workers", "global batch", "wall s", "speed-up", "efficiency", "trial-phase speed-up",
-           "trials/h", "samples/s", "time to target s", "best", "finished / stopped / failed", "max concurrent seen")
+COLUMNS = ("mode", "trials x workers", "global batch", "lr scaling", "wall s", "speed-up", "efficiency",
+           "trial-phase speed-up", "trials/h", "samples/s", "time to target s", "best",
+           "finished / stopped / failed", "max concurrent seen", "cold start-up s per slot (slots)",
+           "per-trial overhead s, warm (cold)", "CPU-s held", "CPU-s to target", "GPU-s held")
 
 
 def table_rows(stats: list[ModeStats]) -> list[list[str]]:
     rows = []
     for s in stats:
         rows.append([
-            s.mode, f"{s.concurrent_trials} x {s.workers_per_trial}", str(s.global_batch), _fmt(s.wall_seconds, ".1f"),
+            s.mode, f"{s.concurrent_trials} x {s.workers_per_trial}", str(s.global_batch), s.lr_scaling,
+            _fmt(s.wall_seconds, ".1f"),
             _fmt(s.speedup, ".2f", "x"), _fmt(s.efficiency, ".2f"), _fmt(s.trial_phase_speedup, ".2f", "x"),
             _fmt(s.trials_per_hour, ".0f"), _fmt(s.samples_per_second, ".1f"),
             _fmt(s.time_to_target_seconds, ".1f") if s.time_to_target_seconds is not None else "not reached",
             _fmt(s.best_value, ".4f"), f"{s.finished} / {s.stopped_early} / {s.failed}", str(s.max_concurrent_observed),
+            f"{_fmt(s.cold_startup_seconds, '.1f')} ({s.slot_processes})",
+            f"{_fmt(s.trial_overhead_seconds, '.2f')} ({_fmt(s.first_trial_overhead_seconds, '.2f')})",
+            _fmt(s.cpu_seconds, ".0f"), _fmt(s.cpu_seconds_to_target, ".0f"), _fmt(s.gpu_seconds, ".0f"),
         ])
     return rows
 
@@ -197,6 +205,13 @@ def write_reports(out: Path, *, name: str, stats: list[ModeStats], target: float
         f"Target {metric}: {_fmt(target, '.4f')} ({info['target_source']}).",
         *(["Slots share cores here (cpus_per_worker < 1): the baseline's single worker ran alone and had a whole "
            "core, so speed-ups over it are understated on this host."] if info["cpus_per_worker"] < 1 else []),
+        "Start-up is counted apart from the trials: every mode keeps its slots warm (one process per "
+        "single-worker slot, one worker group per multi-worker trial slot, reused across trials); 'cold start-up' "
+        "is paid once per slot, 'per-trial overhead' is a trial's own set-up on a warm slot (first epoch's end - "
+        "trial start - that epoch's time). Warm trials per mode: " + ", ".join(
+            f"{s.mode} {s.warm_trials}/{s.trials}" for s in stats) + ".",
+        "Resources held: slots x CPUs (GPUs) per slot for the mode's wall time, and to the target: what a "
+        "shared cluster charges.",
         "Scaling per mode: " + "; ".join(f"{m}: {v}" for m, v in scaling.items()) + ". Strong scaling: an epoch is "
         "one pass over the training cases, so more workers take fewer, larger steps; weak scaling: fixed "
         "steps_per_epoch, so more workers process more samples per epoch.",

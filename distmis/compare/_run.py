@@ -153,7 +153,7 @@ def _stats_csv(stats: list[ModeStats]) -> str:
 def _start(config: ExperimentConfig, space_file: Path, out: Path, plan_data: dict[str, Any], plans: list[ModePlan],
            modes: list[str], points: list[dict[str, Any]], slots: int, cpus: float, gpus: float,
            hybrid_workers: int | None, baseline_trials: int, target: float | None,
-           tracking_uri: str | None) -> tuple[_CompareTracking, str, dict[str, Any], str, str]:
+           tracking_uri: str | None, lr_scaling: str) -> tuple[_CompareTracking, str, dict[str, Any], str, str]:
     """Open (or reattach to) the comparison's MLflow run and write the plan (``compare.json``)."""
     from distmis.tracking import reattach_uri, resolve_tracking_uri
 
@@ -166,12 +166,12 @@ def _start(config: ExperimentConfig, space_file: Path, out: Path, plan_data: dic
         "modes": ",".join(modes), "slots": slots, "cpus_per_worker": cpus, "gpus_per_worker": gpus,
         "budget": len(points), "baseline_trials": min(baseline_trials, len(points)),
         "hybrid_workers": next((p.workers_per_trial for p in plans if p.name == "hybrid"), ""),
-        "target": "" if target is None else target, "space_file": str(space_file.resolve()),
+        "target": "" if target is None else target, "space_file": str(space_file.resolve()), "lr_scaling": lr_scaling,
     }, plan_data.get("mlflow", {}).get("run_id"))
     plan_data = {
         "name": config.name, "space_file": str(space_file.resolve()), "modes": modes, "slots": slots,
         "cpus_per_worker": cpus, "gpus_per_worker": gpus, "hybrid_workers": hybrid_workers,
-        "baseline_trials": baseline_trials, "target": target, "points": points,
+        "baseline_trials": baseline_trials, "target": target, "points": points, "lr_scaling": lr_scaling,
         "plans": [{"name": p.name, "trials_at_once": p.concurrent_trials, "workers_per_trial": p.workers_per_trial,
                    "configurations": len(p.points)} for p in plans],
         "mlflow": {"tracking_uri": redact_uri(uri), "experiment": experiment, "run_id": run_id},
@@ -197,6 +197,7 @@ def run_compare(
     resume: bool = False,
     address: str | None = None,
     tracking_uri: str | None = None,
+    lr_scaling: str = "none",
 ) -> CompareResult:
     """Plan, run every mode, analyse, write the report and log everything under one MLflow run.
 
@@ -220,6 +221,7 @@ def run_compare(
         plan_data = json.loads(plan_path.read_text(encoding="utf-8"))
         points, slots, cpus, gpus = plan_data["points"], plan_data["slots"], plan_data["cpus_per_worker"], plan_data["gpus_per_worker"]
         modes, hybrid_workers, baseline_trials = plan_data["modes"], plan_data["hybrid_workers"], plan_data["baseline_trials"]
+        lr_scaling = plan_data.get("lr_scaling", "none")
         target = plan_data["target"] if target is None else target
     else:
         budget = budget or config.search.num_samples
@@ -227,7 +229,7 @@ def run_compare(
         slots = slots or default_slots(cpus, address)
         plan_data = {}
     plans = plan_modes(modes, workers=slots, points=points, hybrid_workers=hybrid_workers,
-                       baseline_trials=min(baseline_trials, len(points)))
+                       baseline_trials=min(baseline_trials, len(points)), lr_scaling=lr_scaling)
     base_dir = space_file.resolve().parent
     if not resume:  # every mode's search checked now, not in a subprocess minutes later
         source = None if config.data.source == "synthetic" else base_dir / Path(config.data.source).expanduser()
@@ -239,7 +241,7 @@ def run_compare(
     with contextlib.nullcontext(out) if resume else owned_output_directory(out, command="compare", option="--out"):
         tracking, run_id, plan_data, uri, experiment = _start(
             config, space_file, out, plan_data, plans, modes, points, slots, cpus, gpus, hybrid_workers,
-            baseline_trials, target, tracking_uri)
+            baseline_trials, target, tracking_uri, lr_scaling)
     records: dict[str, ModeRecord] = {}
     failed: list[str] = []
     for plan in plans:

@@ -55,6 +55,14 @@ class MlflowTrialCallback(Callback):
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
         if "epoch" not in result:
             return
+        if result.get("training_iteration") == 1 and result.get("trial_started_at"):
+            # where the time before training went (read back by the comparison notebook)
+            overhead = float(result["finished_at"]) - float(result["trial_started_at"]) - float(result["epoch_seconds"])
+            self.tracker.trial_tags(trial.trial_id, {
+                "distmis.group_startup_seconds": repr(float(result.get("group_startup_seconds", 0.0))),
+                "distmis.warm": str(bool(result.get("warm_start"))).lower(),
+                "distmis.overhead_seconds": repr(overhead), "distmis.slot": str(result.get("trial_pid", "")),
+            })
         metrics = {k: result[k] for k in EPOCH_METRICS if k in result}
         self.tracker.trial_result(trial.trial_id, int(result["epoch"]), metrics,
                                   float(result.get("trial_reported_at", time.time())))

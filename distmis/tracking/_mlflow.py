@@ -317,6 +317,10 @@ class SearchTracker:
             trial["last_step"] = step
         self._submit({"op": "metrics", "run": trial_id, "step": step, "metrics": metrics, "timestamp": timestamp})
 
+    def trial_tags(self, trial_id: str, tags: dict[str, str]) -> None:
+        if trial_id in self.state["trials"]:
+            self._submit({"op": "tags", "run": trial_id, "tags": tags})
+
     def trial_finished(self, trial_id: str, *, status: str, tags: dict[str, str], best_dir: Path | None) -> None:
         if trial_id not in self.state["trials"] or self.state["trials"][trial_id].get("finished"):
             return

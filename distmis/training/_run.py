@@ -156,9 +156,11 @@ class RunSession:
     def checkpoint_dir(self) -> Path:
         return self.run_dir / CHECKPOINT_DIR
 
-    def restore(self, checkpoint: str | Path, *, reported_epochs: int | None = None) -> None:
+    def restore(self, checkpoint: str | Path, *, reported_epochs: int | None = None,
+                prefer_own: bool | None = None) -> None:
         """Continue from ``checkpoint`` — or from this run directory's own checkpoint when that
-        one is newer (single worker only). Tune may hand back a checkpoint one epoch older than
+        one is newer (``prefer_own``; by default for a single worker, whose run directory is
+        its own; every worker of a group passes it, reading the chief's shared directory). Tune may hand back a checkpoint one epoch older than
         the run directory's when its driver died (or the search was interrupted) between the
         two: nothing is then trained twice.
 
@@ -172,7 +174,7 @@ class RunSession:
         given_epoch = int(read_checkpoint_state(checkpoint)["epoch"])
         own = self.checkpoint_dir
         if (
-            self._single_worker
+            (self._single_worker if prefer_own is None else prefer_own)
             and own != checkpoint
             and (own / "state.npz").is_file()
             and read_checkpoint_state(own)["epoch"] > given_epoch

@@ -21,6 +21,21 @@ def configured_threads() -> int | None:
     return _threads
 
 
+def release_in_background(owner: object, attribute: str) -> None:
+    """Set ``owner.attribute`` to ``None`` and let its old value be torn down on a background thread.
+
+    A finished trial's run (model, optimiser, traced steps, ``tf.data`` iterators under a
+    multi-worker strategy) took up to ~10 s to tear down, measured on a warm worker group; done
+    inline it delayed the next trial on the same slot by as much. The old value must have no
+    other reference, or it is torn down wherever that one is dropped.
+    """
+    import threading
+
+    box = [getattr(owner, attribute)]
+    setattr(owner, attribute, None)
+    threading.Thread(target=box.clear, name="distmis-release", daemon=True).start()
+
+
 def quiet_tensorflow() -> None:
     """Hide TensorFlow's C++ info banners (oneDNN, CPU features) unless the user asked for them."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

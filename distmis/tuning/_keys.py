@@ -11,6 +11,11 @@ REPORTED_AT = "trial_reported_at"
 PID = "trial_pid"
 NODE = "node_ip"
 
+#: start-up keys of every report: a slot's cold start (once per trainable and its worker group),
+#: whether this trial reused a slot that already ran one
+GROUP_STARTUP = "group_startup_seconds"
+WARM = "warm_start"
+
 GRID_KEY = "grid_point"
 #: set by SIGUSR1 / SIGINT: before Tune runs (the search then starts no trial) or while it runs
 #: (Tune stops gracefully and saves its state; the search exits 75, resumable with --resume)

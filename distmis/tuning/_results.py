@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from distmis.files import atomic_directory, write_json_atomic, write_text_atomic
 from distmis.config import ExperimentConfig, apply_params, dump_config
-from distmis.tuning._keys import FAILURE, NODE, REPORTED_AT, STARTED_AT, sampled_params
+from distmis.tuning._keys import FAILURE, GROUP_STARTUP, NODE, PID, REPORTED_AT, STARTED_AT, WARM, sampled_params
 
 if TYPE_CHECKING:
     from ray.tune import ResultGrid
@@ -32,6 +32,11 @@ class TrialRow:
     finished_at: float | None
     error: str | None = None
     node_ip: str | None = None
+    # where the time before training went: once per slot (a warm trial reuses it) and per trial
+    group_startup_seconds: float | None = None  # the slot's cold start (its process, or its worker group)
+    warm: bool | None = None  # ran on a slot that had already run a trial
+    overhead_seconds: float | None = None  # first epoch's end - trial start - the first epoch's own time
+    pid: int | None = None
 
     @property
     def seconds(self) -> float | None:
@@ -97,6 +102,7 @@ def _rows(grid: "ResultGrid", config: ExperimentConfig) -> list[TrialRow]:
         epochs = int(metrics.get("epoch", 0) or 0)
         best: dict[str, float] = {}
         started = finished = None
+        timing: dict[str, Any] = {}
         if df is not None and len(df) and metric in df:
             col = df[metric].astype(float)
             idx = col.idxmax() if mode == "max" else col.idxmin()
@@ -104,6 +110,7 @@ def _rows(grid: "ResultGrid", config: ExperimentConfig) -> list[TrialRow]:
                 best = {k: float(df.loc[idx, k]) for k in ("epoch", "val_dice", "val_loss", "val_iou", "dice", "loss") if k in df}
             started = float(df[STARTED_AT].min()) if STARTED_AT in df else None
             finished = float(df[REPORTED_AT].max()) if REPORTED_AT in df else None
+            timing = _first_epoch_timing(df)
         failure = metrics.get(FAILURE)
         status = "ERROR" if result.error or failure else "TERMINATED"
         rows.append(
@@ -119,9 +126,29 @@ def _rows(grid: "ResultGrid", config: ExperimentConfig) -> list[TrialRow]:
                 finished_at=finished,
                 error=(str(result.error).splitlines()[0][:300] if result.error else str(failure) if failure else None),
                 node_ip=str(metrics[NODE]) if metrics.get(NODE) else None,
+                **timing,
             )
         )
     return sorted(rows, key=lambda r: r.trial_id)
+
+
+def _first_epoch_timing(df: Any) -> dict[str, Any]:
+    """Start-up and per-trial overhead from a trial's first reported epoch (see TrialRow)."""
+    first = df.iloc[0]
+
+    def number(key: str) -> float | None:
+        try:
+            value = float(first[key])
+        except (KeyError, TypeError, ValueError):
+            return None
+        return None if math.isnan(value) else value
+
+    started, finished, seconds = number(STARTED_AT), number("finished_at"), number("epoch_seconds")
+    overhead = finished - started - seconds if None not in (started, finished, seconds) else None
+    warm = first.get(WARM) if WARM in df else None
+    pid = number(PID)
+    return {"group_startup_seconds": number(GROUP_STARTUP), "warm": None if warm is None else bool(warm),
+            "overhead_seconds": overhead, "pid": int(pid) if pid is not None else None}
 
 
 def _csv(rows: list[TrialRow], metric_names: list[str]) -> str:
@@ -130,7 +157,7 @@ def _csv(rows: list[TrialRow], metric_names: list[str]) -> str:
         ["trial_id", "status", *param_names, "epochs", "stopped_early", "seconds", "started_at", "finished_at", "node_ip"]
         + [f"final_{m}" for m in metric_names]
         + [f"best_{m}" for m in metric_names]
-        + ["best_epoch", "error"]
+        + ["best_epoch", "warm", "group_startup_seconds", "overhead_seconds", "error"]
     )
     buf = io.StringIO()
     w = csv.writer(buf)
@@ -141,7 +168,9 @@ def _csv(rows: list[TrialRow], metric_names: list[str]) -> str:
              "" if r.seconds is None else f"{r.seconds:.2f}", r.started_at or "", r.finished_at or "", r.node_ip or ""]
             + [r.final.get(m, "") for m in metric_names]
             + [r.best.get(m, "") for m in metric_names]
-            + [int(r.best["epoch"]) if "epoch" in r.best else "", r.error or ""]
+            + [int(r.best["epoch"]) if "epoch" in r.best else "", "" if r.warm is None else r.warm,
+               "" if r.group_startup_seconds is None else f"{r.group_startup_seconds:.2f}",
+               "" if r.overhead_seconds is None else f"{r.overhead_seconds:.2f}", r.error or ""]
         )
     return buf.getvalue()
 

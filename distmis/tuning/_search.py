@@ -67,7 +67,7 @@ def plan_concurrency(
 ) -> tuple[dict[str, float], int]:
     """Resources of one trial and how many trials can run at once on ``cluster``.
 
-    Data-parallel trial drivers hold no CPU (only the custom ``trial_driver`` resource), so
+    A multi-worker trial's trainable holds an empty bundle (it only coordinates its workers), so
     ``max_concurrent_trials x workers x cpus_per_worker`` is what must fit. Mode ``data`` runs
     one trial at a time unless ``max_concurrent_trials`` says otherwise; ``hybrid`` and
     ``experiment`` run as many as fit.
@@ -169,8 +169,7 @@ def run_search(
 
     from distmis.tracking._callback import MlflowTrialCallback
     from distmis.tuning._interrupt import InterruptWatch
-    from distmis.tuning._data_parallel import DRIVER_RESOURCE, data_parallel_trial
-    from distmis.tuning._trial import TrialContext, trainable_for
+    from distmis.tuning._trial import TrialContext, trainable_for, trial_resources
 
     from distmis.data import load_manifest, resolve_prepared, verify_shards
 
@@ -189,7 +188,6 @@ def run_search(
     # checkpointing every epoch is deliberate (resume loses at most one epoch): no warning for it
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    data_parallel = config.parallelism.mode != "experiment"
     setup = contextlib.nullcontext(out) if resume else owned_output_directory(out, command="tune", option="--out")
     with setup:  # a new search that fails here (bad data, no cluster room, MLflow down) leaves no directory
         if space_file is not None and not resume:
@@ -198,24 +196,12 @@ def run_search(
         manifest = load_manifest(prepared)
         for split in ("train", "val"):  # a damaged shard is named now, not in every trial
             verify_shards(manifest, split)
-        cluster = init_ray(
-            address,
-            env_vars={"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONWARNINGS": "ignore::DeprecationWarning"},
-            # drivers of data-parallel trials hold one unit of this instead of a CPU
-            resources={DRIVER_RESOURCE: 1000} if data_parallel else None,
-            # Train V2 frees a stopped trial's workers through the dashboard's state API
-            include_dashboard=data_parallel,
-        )
+        cluster = init_ray(address, env_vars={"TF_CPP_MIN_LOG_LEVEL": "2",
+                                              "PYTHONWARNINGS": "ignore::DeprecationWarning"})
         import ray
 
         nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
         per_trial, concurrency = plan_concurrency(config, cluster, nodes)
-        if data_parallel and cluster.get(DRIVER_RESOURCE, 0) < concurrency:
-            raise TuningError(
-                f"parallelism.mode {config.parallelism.mode!r}: the cluster has {cluster.get(DRIVER_RESOURCE, 0):g} "
-                f"'{DRIVER_RESOURCE}' resource(s) for {concurrency} concurrent trial driver(s); start its head with "
-                f"ray start ... --resources '{{\"{DRIVER_RESOURCE}\": 1000}}' (distmis' SLURM bootstrap does this)"
-            )
         tracker = _start_tracking(config, out, tracking_uri, resume)  # fails fast, before any training
 
     context = TrialContext(
@@ -225,13 +211,12 @@ def run_search(
         metric=config.search.metric,
         mode=config.search.mode,
         threads=int(config.train.threads or max(1, math.floor(config.parallelism.cpus_per_worker))),
+        workers=config.parallelism.workers_per_trial,
+        cpus_per_worker=config.parallelism.cpus_per_worker,
+        gpus_per_worker=config.parallelism.gpus_per_worker,
     )
-    if data_parallel:
-        trainable = tune.with_resources(
-            tune.with_parameters(data_parallel_trial, context=context), {"cpu": 0, DRIVER_RESOURCE: 1}
-        )
-    else:
-        trainable = tune.with_resources(trainable_for(context), {"cpu": per_trial["CPU"], "gpu": per_trial["GPU"]})
+    trainable = tune.with_resources(trainable_for(context), trial_resources(
+        context.workers, context.cpus_per_worker, context.gpus_per_worker))
     if resume:
         tuner = tune.Tuner.restore(str(out / TUNE_DIR), trainable, resume_unfinished=True, resume_errored=True)
     else:
@@ -257,16 +242,14 @@ def run_search(
                 scheduler=scheduler,
                 num_samples=num_samples,
                 max_concurrent_trials=concurrency,
-                reuse_actors=not data_parallel,  # data-parallel trials need fresh worker processes
+                reuse_actors=True,  # warm trial processes, and warm worker groups for data-parallel trials
             ),
             run_config=tune.RunConfig(
                 name=TUNE_DIR,
                 storage_path=str(out),
                 failure_config=tune.FailureConfig(max_failures=config.search.max_failures),
-                # class trainables checkpoint through Tune every epoch; data-parallel trials
-                # checkpoint through Ray Train (rank 0) into trials/<id>/checkpoint
-                checkpoint_config=(tune.CheckpointConfig(num_to_keep=2) if data_parallel else
-                                   tune.CheckpointConfig(num_to_keep=2, checkpoint_frequency=1, checkpoint_at_end=True)),
+                # every mode checkpoints through Tune every epoch (a group's chief writes the files)
+                checkpoint_config=tune.CheckpointConfig(num_to_keep=2, checkpoint_frequency=1, checkpoint_at_end=True),
                 callbacks=[MlflowTrialCallback(tracker, base_config=context.base_config, epochs=config.train.epochs),
                            InterruptWatch()],
                 verbose=verbose,

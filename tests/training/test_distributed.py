@@ -101,3 +101,51 @@ def test_two_workers_step_equals_one_worker_step(prepared4: Path, tmp_path: Path
         moved = max(moved, float(np.abs(a[f"arr_{i}"] - a[f"arr_{i - n}"]).max()))
     assert moved > 1e-4  # the step really changed the weights
     assert meta1["loss"] == pytest.approx(meta2["loss"], rel=1e-4)
+
+
+def test_a_warm_group_starts_each_trial_fresh_and_steps_like_one_worker(prepared4: Path, tmp_path: Path) -> None:
+    """A worker group that already ran a trial: the next trial's weights equal a fresh build with the
+    same seed (no variable, optimiser slot or batch-norm statistic leaks), and its 2-worker step
+    equals a 1-worker step with the same global batch."""
+    import ray
+
+    from distmis.config import ExperimentConfig
+    from distmis.tuning._ray import init_ray
+    from distmis.tuning._workers import WorkerGroup
+
+    one = tmp_path / "one.npz"
+    _run(prepared4, one, per_replica=4, workers=1)  # the reference: fresh process, one worker
+    reference = np.load(one)
+    n = len(reference.files) // 2
+    init_ray(None, num_cpus=2)
+    try:
+        group = WorkerGroup(2, cpus=1, gpus=0, threads=1)
+        previous = ExperimentConfig.model_validate({
+            "data": {"source": str(prepared4)},
+            "train": {"epochs": 2, "batch_size_per_replica": 1, "seed": 3},
+            "model": {"depth": 2, "filters": 4, "norm": "batch"}, "optimizer": {"name": "adam", "lr": 0.01},
+        }).to_yaml_dict()
+        group.call("start_trial", previous, {}, str(prepared4), str(tmp_path / "a"), "val_dice", "max", None, 0)
+        group.call("step")
+        group.call("step")  # trained weights, Adam slots and batch-norm statistics now exist in the group
+        trial = ExperimentConfig.model_validate({
+            "data": {"source": str(prepared4), "prepare": {"shape": [16, 16, 16]}},
+            "train": {"epochs": 1, "batch_size_per_replica": 2, "steps_per_epoch": 1, "seed": 7,
+                      "augment": {"flip": False, "intensity": 0.0, "noise": 0.0}},
+            "model": {"depth": 2, "filters": 4, "norm": "none"},
+            "optimizer": {"name": "sgd", "lr": 0.5, "momentum": 0.0},
+        }).to_yaml_dict()
+        group.call("start_trial", trial, {}, str(prepared4), str(tmp_path / "b"), "val_dice", "max", None, 0)
+        before = group.call("weights")
+        for rank in range(2):  # a fresh build with the same seed: nothing left of the previous trial
+            assert len(before[rank]) == n
+            for i in range(n):
+                np.testing.assert_array_equal(before[rank][i], reference[f"arr_{i}"])
+        metrics = group.call("step")[0]
+        assert metrics["global_batch"] == 4
+        after = group.call("weights")[0]
+        for i in range(n):  # the same update as one worker taking the whole global batch
+            np.testing.assert_allclose(after[i], reference[f"arr_{n + i}"], rtol=1e-4, atol=1e-5)
+        group.shutdown()
+    finally:
+        ray.shutdown()
