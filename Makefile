@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 TF     ?= cpu
 DEMO_OUT ?= runs/demo
 
-.PHONY: demo test install clean
+.PHONY: demo test lint install clean
 
 $(BIN)/.installed-$(TF): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,7 +34,12 @@ demo: install
 	@echo "  per-trial curves:  $(DEMO_OUT)/trials/<id>/metrics.csv, plots in $(DEMO_OUT)/plots/"
 	@echo "  MLflow:            $(BIN)/distmis ui   -> http://127.0.0.1:5000  (store: runs/mlflow.db)"
 
-test: install
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: lint
 	$(BIN)/python -m pytest
 
 clean:

@@ -57,14 +57,34 @@ def free_port() -> int:
 
 def run(prepared: Path, out: Path, per_replica: int, threads: int, workers: int, steps: int, size: int) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
-    args = [sys.executable, "-c", WORKER, str(prepared), str(out), str(per_replica), str(threads), str(steps), str(size)]
+    args = [
+        sys.executable,
+        "-c",
+        WORKER,
+        str(prepared),
+        str(out),
+        str(per_replica),
+        str(threads),
+        str(steps),
+        str(size),
+    ]
     if workers == 1:
         subprocess.run(args, env=env, check=True)
     else:
         ports = [free_port() for _ in range(workers)]
         procs = [
-            subprocess.Popen(args, env={**env, "TF_CONFIG": json.dumps(
-                {"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]}, "task": {"type": "worker", "index": i}})})
+            subprocess.Popen(
+                args,
+                env={
+                    **env,
+                    "TF_CONFIG": json.dumps(
+                        {
+                            "cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
+                            "task": {"type": "worker", "index": i},
+                        }
+                    ),
+                },
+            )
             for i in range(workers)
         ]
         if [p.wait(timeout=900) for p in procs] != [0] * workers:
@@ -88,12 +108,18 @@ def startup(work: Path, prepared: Path, size: int) -> None:
     print("\nstart-up (4 trials x 2 epochs; overhead = first epoch's end - trial start - that epoch's time):")
     for mode, workers, concurrent in (("experiment", 1, 2), ("data", 2, 1)):
         space = work / f"{mode}.yaml"
-        space.write_text(SEARCH.format(name=mode, prepared=prepared, size=size, concurrent=concurrent, mode=mode,
-                                       workers=workers))
+        space.write_text(
+            SEARCH.format(name=mode, prepared=prepared, size=size, concurrent=concurrent, mode=mode, workers=workers)
+        )
         out = work / "runs" / mode
         env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_ADDRESS", "RAY_AUTH"))}
-        subprocess.run([sys.executable, "-m", "distmis", "tune", str(space), "--out", str(out)], env=env, check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, "-m", "distmis", "tune", str(space), "--out", str(out)],
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         firsts = []
         for result in (out / "tune").glob("*/result.json"):
             firsts.append(json.loads(result.read_text().splitlines()[0]))
@@ -103,15 +129,21 @@ def startup(work: Path, prepared: Path, size: int) -> None:
 
         def overhead(rs: list[dict]) -> str:
             values = [r["finished_at"] - r["trial_started_at"] - r["epoch_seconds"] for r in rs]
-            return f"mean {sum(values) / len(values):5.2f} s, max {max(values):5.2f} s (n={len(values)})" if values else "-"
+            return (
+                f"mean {sum(values) / len(values):5.2f} s, max {max(values):5.2f} s (n={len(values)})"
+                if values
+                else "-"
+            )
 
         def first_epoch(rs: list[dict]) -> str:
             values = [r["finished_at"] - r["trial_started_at"] for r in rs]
             return f"{sum(values) / len(values):5.2f} s" if values else "-"
 
         wall = json.loads((out / "summary.json").read_text())["wall_seconds"]
-        print(f"  {mode:<10} {concurrent} x {workers} worker(s): wall {wall:5.1f} s; cold start-up per slot "
-              f"{sum(slots.values()) / len(slots):5.1f} s ({len(slots)} slot(s))")
+        print(
+            f"  {mode:<10} {concurrent} x {workers} worker(s): wall {wall:5.1f} s; cold start-up per slot "
+            f"{sum(slots.values()) / len(slots):5.1f} s ({len(slots)} slot(s))"
+        )
         print(f"  {'':<10} per-trial overhead, cold: {overhead(cold)}; warm: {overhead(warm)}")
         print(f"  {'':<10} trial start to first epoch: cold {first_epoch(cold)}, warm {first_epoch(warm)}")
 
@@ -141,15 +173,19 @@ def main() -> None:
     def step_ms(r: dict) -> float:
         return 1000 * r["seconds"] / r["steps"]
 
-    print(f"3D U-Net (depth 3, 8 filters) on {args.size}^3 patches, global batch {b}, {args.steps} steps, {os.cpu_count()} cores")
+    print(
+        f"3D U-Net (depth 3, 8 filters) on {args.size}^3 patches, global batch {b}, {args.steps} steps, {os.cpu_count()} cores"
+    )
     print(f"1 worker, 1 thread,  batch {b}:         {sps(one_1t):7.1f} samples/s  {step_ms(one_1t):7.1f} ms/step")
     print(f"1 worker, 2 threads, batch {b}:         {sps(one_2t):7.1f} samples/s  {step_ms(one_2t):7.1f} ms/step")
     print(f"2 workers x 1 thread, {half} per worker:    {sps(two):7.1f} samples/s  {step_ms(two):7.1f} ms/step")
     print(f"speed-up 2 workers vs 1 worker (1 thread):  {sps(two) / sps(one_1t):5.2f}x")
     print(f"speed-up 2 workers vs 1 worker (2 threads): {sps(two) / sps(one_2t):5.2f}x")
     overhead = step_ms(two) - step_ms(half_1t)
-    print(f"per-step synchronisation overhead: {overhead:6.1f} ms ({step_ms(two):.1f} ms 2-worker step - "
-          f"{step_ms(half_1t):.1f} ms 1-worker step on batch {half}; {100 * overhead / step_ms(two):.0f}% of the step)")
+    print(
+        f"per-step synchronisation overhead: {overhead:6.1f} ms ({step_ms(two):.1f} ms 2-worker step - "
+        f"{step_ms(half_1t):.1f} ms 1-worker step on batch {half}; {100 * overhead / step_ms(two):.0f}% of the step)"
+    )
     if not args.no_startup:
         startup(work, work / "prep", args.size)
 

@@ -56,8 +56,15 @@ def main() -> None:
 
     manifest = load_manifest(work / "prep")
     patch = (args.patch,) * 3
-    ds = make_dataset(manifest, "train", batch_size=args.batch, training=True, patch=patch,
-                      augment_config=AugmentConfig(noise=0.05), seed=0)
+    ds = make_dataset(
+        manifest,
+        "train",
+        batch_size=args.batch,
+        training=True,
+        patch=patch,
+        augment_config=AugmentConfig(noise=0.05),
+        seed=0,
+    )
     it = iter(ds)
     for _ in range(5):
         next(it)  # warm-up (cache fill, tracing)
@@ -67,14 +74,20 @@ def main() -> None:
         next(it)
     loader_sps = n * args.batch / (time.perf_counter() - start)
 
-    cfg = ExperimentConfig.model_validate({"train": {"batch_size_per_replica": args.batch, "patch": list(patch),
-                                                     "steps_per_epoch": 20, "epochs": 2}, "data": {"prepare": {"shape": list(shape)}}})
+    cfg = ExperimentConfig.model_validate(
+        {
+            "train": {"batch_size_per_replica": args.batch, "patch": list(patch), "steps_per_epoch": 20, "epochs": 2},
+            "data": {"prepare": {"shape": list(shape)}},
+        }
+    )
     trainer = Trainer(cfg, manifest)
     trainer.train_epoch()  # tracing
     _, _, seconds = trainer.train_epoch()
     model_sps = 20 * args.batch / seconds
 
-    print(f"{args.cases} cases of {args.size}^3 x 4 channels + labels ({mb:.0f} MB uncompressed), {os.cpu_count()} cores")
+    print(
+        f"{args.cases} cases of {args.size}^3 x 4 channels + labels ({mb:.0f} MB uncompressed), {os.cpu_count()} cores"
+    )
     print(f"nibabel read-only pass   {mb / t_read:8.1f} MB/s  ({t_read:.2f} s)")
     print(f"distmis prepare (cold)   {mb / t_cold:8.1f} MB/s  ({t_cold:.2f} s, TensorFlow import included)")
     print(f"distmis prepare (warm)   {mb / t_prep:8.1f} MB/s  ({t_prep:.2f} s)")

@@ -77,13 +77,20 @@ save_arrays(out / "weights.npz", {f"model/{i:04d}": v.numpy() for i, v in enumer
     "labels": {"0": "background", "1": "tumour"}, "label_mode": "binary", "num_classes": 1,
     "normalisation": "zscore_nonzero_per_channel", "resize": "crop_pad", "shape": [patch] * 3}))
 """
-    subprocess.run([sys.executable, "-c", code, str(directory), str(patch)], check=True,
-                   env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    subprocess.run(
+        [sys.executable, "-c", code, str(directory), str(patch)],
+        check=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
 
 
 def run(model: Path, size: int, patch: int, overlap: float, batch: int) -> dict:
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(model), str(size), str(patch), str(overlap), str(batch)],
-                          capture_output=True, text=True, check=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, str(model), str(size), str(patch), str(overlap), str(batch)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -102,7 +109,9 @@ def main() -> None:
         model = Path(tmp) / "model"
         write_model(model, args.patch)
         print(f"patch {args.patch}^3, overlap {args.overlap}; peak = RSS added by prediction\n")
-        print(f"{'volume':>8} {'batch':>5} {'cubes':>5} {'seconds':>8} {'Mvoxel/s':>9} {'peak MiB':>9} {'cube batch MiB':>15} {'volume-sized MiB':>17}")
+        print(
+            f"{'volume':>8} {'batch':>5} {'cubes':>5} {'seconds':>8} {'Mvoxel/s':>9} {'peak MiB':>9} {'cube batch MiB':>15} {'volume-sized MiB':>17}"
+        )
         rows = []
         for size in sizes:
             rows.append(run(model, size, args.patch, args.overlap, args.fixed_batch))
@@ -112,17 +121,23 @@ def main() -> None:
                 rows.append(run(model, mid, args.patch, args.overlap, batch))
         rows.sort(key=lambda r: (r["size"], r["batch"]))
         for r in rows:
-            print(f"{r['size']:>7}³ {r['batch']:>5} {r['cubes']:>5} {r['seconds']:>8.1f} {r['voxels_per_s'] / 1e6:>9.3f} "
-                  f"{r['peak_added'] * mib:>9.0f} {r['cube_batch'] * mib:>15.0f} {r['volume_sized'] * mib:>17.0f}")
+            print(
+                f"{r['size']:>7}³ {r['batch']:>5} {r['cubes']:>5} {r['seconds']:>8.1f} {r['voxels_per_s'] / 1e6:>9.3f} "
+                f"{r['peak_added'] * mib:>9.0f} {r['cube_batch'] * mib:>15.0f} {r['volume_sized'] * mib:>17.0f}"
+            )
         by = {(r["size"], r["batch"]): r for r in rows}
         small, large = by[(sizes[0], args.fixed_batch)], by[(sizes[-1], args.fixed_batch)]
-        print(f"\nvolume x{(sizes[-1] / sizes[0]) ** 3:.0f} ({sizes[0]}³ -> {sizes[-1]}³, batch {args.fixed_batch}): peak "
-              f"x{large['peak_added'] / max(small['peak_added'], 1):.2f}; peak minus volume-sized arrays "
-              f"{(small['peak_added'] - small['volume_sized']) * mib:.0f} -> {(large['peak_added'] - large['volume_sized']) * mib:.0f} MiB")
+        print(
+            f"\nvolume x{(sizes[-1] / sizes[0]) ** 3:.0f} ({sizes[0]}³ -> {sizes[-1]}³, batch {args.fixed_batch}): peak "
+            f"x{large['peak_added'] / max(small['peak_added'], 1):.2f}; peak minus volume-sized arrays "
+            f"{(small['peak_added'] - small['volume_sized']) * mib:.0f} -> {(large['peak_added'] - large['volume_sized']) * mib:.0f} MiB"
+        )
         b1, bn = by[(mid, batches[0])], by[(mid, batches[-1])]
-        print(f"cube batch {batches[0]} -> {batches[-1]} at {mid}³: peak {b1['peak_added'] * mib:.0f} -> "
-              f"{bn['peak_added'] * mib:.0f} MiB (x{bn['peak_added'] / max(b1['peak_added'], 1):.2f}); one forward pass "
-              f"{b1['cube_batch'] * mib:.0f} -> {bn['cube_batch'] * mib:.0f} MiB")
+        print(
+            f"cube batch {batches[0]} -> {batches[-1]} at {mid}³: peak {b1['peak_added'] * mib:.0f} -> "
+            f"{bn['peak_added'] * mib:.0f} MiB (x{bn['peak_added'] / max(b1['peak_added'], 1):.2f}); one forward pass "
+            f"{b1['cube_batch'] * mib:.0f} -> {bn['cube_batch'] * mib:.0f} MiB"
+        )
 
 
 if __name__ == "__main__":

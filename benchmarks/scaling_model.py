@@ -69,8 +69,9 @@ def sync_cost(n: int, c2: float, *, alpha: float, inter: float, gpus_per_node: i
     return bandwidth + alpha * math.log2(n)
 
 
-def model(p: dict[str, float], n: int, trials: int, epochs: int, cv: float, alpha: float, inter: float,
-          gpus_per_node: int) -> dict[str, float]:
+def model(
+    p: dict[str, float], n: int, trials: int, epochs: int, cv: float, alpha: float, inter: float, gpus_per_node: int
+) -> dict[str, float]:
     per_trial = p["s_trial"] + epochs * p["e"]
     durations = trial_durations(trials, per_trial, cv)
     t_seq = p["F"] + sum(durations)
@@ -78,8 +79,15 @@ def model(p: dict[str, float], n: int, trials: int, epochs: int, cv: float, alph
     c = sync_cost(n, p["c_sync"], alpha=alpha, inter=inter, gpus_per_node=gpus_per_node)
     # the same trials (their spread scaled to the data-parallel trial length)
     t_data = p["F"] + sum(d / per_trial for d in durations) * (p["s_dp"] + epochs * (p["e"] / n + p["steps"] / n * c))
-    return {"n": n, "t_seq": t_seq, "exp_speedup": t_seq / t_exp, "data_speedup": t_seq / t_data,
-            "exp_eff": t_seq / t_exp / n, "data_eff": t_seq / t_data / n, "sync_per_step_ms": c * 1e3}
+    return {
+        "n": n,
+        "t_seq": t_seq,
+        "exp_speedup": t_seq / t_exp,
+        "data_speedup": t_seq / t_data,
+        "exp_eff": t_seq / t_exp / n,
+        "data_eff": t_seq / t_data / n,
+        "sync_per_step_ms": c * 1e3,
+    }
 
 
 def from_compare(directory: Path) -> dict[str, float]:
@@ -97,10 +105,15 @@ def from_compare(directory: Path) -> dict[str, float]:
         return out
 
     base, data = epochs_of("baseline"), epochs_of("data")
-    later = [r for _, rows in base for r in rows[1:]] or [r for _, rows in base for r in rows]  # epoch 1 includes tracing
+    later = [r for _, rows in base for r in rows[1:]] or [
+        r for _, rows in base for r in rows
+    ]  # epoch 1 includes tracing
     e = sum(float(r["epoch_seconds"]) for r in later) / len(later)
     startup = [(t["finished_at"] - t["started_at"]) - sum(float(r["epoch_seconds"]) for r in rows) for t, rows in base]
-    startup_dp = [(t["finished_at"] - t["started_at"]) - sum(float(r["epoch_seconds"]) for r in rows) for t, rows in data]
+    startup_dp = [
+        (t["finished_at"] - t["started_at"]) - sum(float(r["epoch_seconds"]) for r in rows) for t, rows in data
+    ]
+
     # per-step times: samples/s * train_seconds / global batch = steps; same per-replica batch in both
     def per_step(rows: list[dict], batch: int) -> float:
         steps = sum(float(r["samples_per_second"]) * float(r["train_seconds"]) / batch for r in rows)
@@ -114,9 +127,14 @@ def from_compare(directory: Path) -> dict[str, float]:
     c_k = max(tk - t1, 0.0)
     c2 = c_k / (2 * (k - 1) / k) if k > 1 else c_k
     steps = float(later[0]["samples_per_second"]) * float(later[0]["train_seconds"]) / b
-    return {"s_trial": max(sum(startup) / len(startup), 0.0), "e": e, "steps": steps,
-            "s_dp": max(sum(startup_dp) / len(startup_dp), 0.0), "c_sync": c2,
-            "F": stats["baseline"]["wall_seconds"] - stats["baseline"]["trial_phase_seconds"]}
+    return {
+        "s_trial": max(sum(startup) / len(startup), 0.0),
+        "e": e,
+        "steps": steps,
+        "s_dp": max(sum(startup_dp) / len(startup_dp), 0.0),
+        "c_sync": c2,
+        "F": stats["baseline"]["wall_seconds"] - stats["baseline"]["trial_phase_seconds"],
+    }
 
 
 # This host's measured figures (README / session notes): quickstart 32^3 trial start-up ~2.5 s,
@@ -142,18 +160,27 @@ def main() -> None:
         value = getattr(args, key)
         if value is not None:
             params[key] = value
-    print("MODEL (not a measurement). Inputs" + (f" measured in {args.from_compare}" if args.from_compare else
-                                                 " measured on this host earlier") + ":")
+    print(
+        "MODEL (not a measurement). Inputs"
+        + (f" measured in {args.from_compare}" if args.from_compare else " measured on this host earlier")
+        + ":"
+    )
     for k, v in params.items():
         print(f"  {k:<8} {v:.4g}")
-    print(f"  {args.trials} trials x {args.epochs} epochs, trial-length cv {args.cv}, {args.gpus_per_node} GPUs/node, "
-          f"inter-node all-reduce x{args.inter}, latency {args.alpha_ms} ms/log2 N\n")
-    rows = [model(params, n, args.trials, args.epochs, args.cv, args.alpha_ms / 1e3, args.inter, args.gpus_per_node)
-            for n in (1, 2, 4, 8, 16, 32)]
+    print(
+        f"  {args.trials} trials x {args.epochs} epochs, trial-length cv {args.cv}, {args.gpus_per_node} GPUs/node, "
+        f"inter-node all-reduce x{args.inter}, latency {args.alpha_ms} ms/log2 N\n"
+    )
+    rows = [
+        model(params, n, args.trials, args.epochs, args.cv, args.alpha_ms / 1e3, args.inter, args.gpus_per_node)
+        for n in (1, 2, 4, 8, 16, 32)
+    ]
     print(f"{'GPUs':>5} {'experiment speed-up':>20} {'eff.':>5} {'data speed-up':>14} {'eff.':>5} {'sync/step ms':>13}")
     for r in rows:
-        print(f"{r['n']:>5} {r['exp_speedup']:>19.2f}x {r['exp_eff']:>5.2f} {r['data_speedup']:>13.2f}x "
-              f"{r['data_eff']:>5.2f} {r['sync_per_step_ms']:>13.2f}")
+        print(
+            f"{r['n']:>5} {r['exp_speedup']:>19.2f}x {r['exp_eff']:>5.2f} {r['data_speedup']:>13.2f}x "
+            f"{r['data_eff']:>5.2f} {r['sync_per_step_ms']:>13.2f}"
+        )
     import matplotlib
 
     matplotlib.use("Agg")
@@ -164,7 +191,9 @@ def main() -> None:
     ax.plot(ns, ns, ":", color="black", label="ideal")
     ax.plot(ns, [r["exp_speedup"] for r in rows], "o-", label="experiment parallelism (model)")
     ax.plot(ns, [r["data_speedup"] for r in rows], "s-", color="#d62728", label="data parallelism (model)")
-    ax.fill_between([28, 32], 12, 14, color="#2ca02c", alpha=0.35, label="DistMIS paper: x12-14 at 32 GPUs (measured there)")
+    ax.fill_between(
+        [28, 32], 12, 14, color="#2ca02c", alpha=0.35, label="DistMIS paper: x12-14 at 32 GPUs (measured there)"
+    )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
     ax.set_xlabel("GPUs (workers)")

@@ -107,8 +107,15 @@ def main() -> None:
     plain_train = float(stdout.split("TRAINING_SECONDS")[1].split()[0])
     # the host's own ceiling for 2-way concurrency: two plain processes, 2 configs each, at once
     start = time.perf_counter()
-    halves = [subprocess.Popen([sys.executable, __file__, "--plain-loop", str(files[1]), "--part", str(i), "--parts", "2"],
-                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in (0, 1)]
+    halves = [
+        subprocess.Popen(
+            [sys.executable, __file__, "--plain-loop", str(files[1]), "--part", str(i), "--parts", "2"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for i in (0, 1)
+    ]
     assert [h.wait() for h in halves] == [0, 0]
     plain2 = time.perf_counter() - start
     tune1, _ = timed([sys.executable, "-m", "distmis", "tune", str(files[1]), "--out", str(work / "t1")], env)
@@ -121,7 +128,9 @@ def main() -> None:
     print(f"{'distmis tune, 2 concurrent trials':36s}{tune2:10.1f} s{phase2:12.1f} s")
     print(f"{'ratio tune-1 / plain (<= 1.10)':36s}{tune1 / plain:12.2f}{phase1 / plain_train:14.2f}")
     print(f"{'speed-up tune-1 / tune-2 (>= 1.85)':36s}{tune1 / tune2:11.2f}x{phase1 / phase2:13.2f}x")
-    print(f"{'host ceiling: 2 plain processes at once':36s}{plain2:10.1f} s  -> speed-up {plain / plain2:.2f}x without Ray")
+    print(
+        f"{'host ceiling: 2 plain processes at once':36s}{plain2:10.1f} s  -> speed-up {plain / plain2:.2f}x without Ray"
+    )
 
 
 if __name__ == "__main__":

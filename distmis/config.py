@@ -44,7 +44,7 @@ class PrepareConfig(_Section):
 
     shape: Vec3 = (32, 32, 32)
     resize: Literal["crop_pad", "resample"] = "crop_pad"
-    label_mode: Literal["binary", "multiclass"] = "binary"
+    label_mode: Literal["binary", "multiclass", "regions"] = "binary"
     split: tuple[float, float, float] = (0.7, 0.15, 0.15)
     shards: int = Field(4, ge=1)
     seed: int = 0
@@ -70,6 +70,43 @@ class DataConfig(_Section):
     synthetic: SyntheticConfig = SyntheticConfig()
     prepare: PrepareConfig = PrepareConfig()
     cache_dir: str | None = None
+    #: evaluation regions, e.g. ``{WT: [1, 2, 3], TC: [2, 3], ET: [3]}`` or the preset ``msd_task01``:
+    #: trained on with ``prepare.label_mode: regions``, reported per region in every label mode
+    regions: dict[str, list[int]] | None = None
+
+    @field_validator("regions", mode="before")
+    @classmethod
+    def _preset(cls, v: Any) -> Any:
+        from distmis.labels import PRESETS
+
+        if isinstance(v, str):
+            if v not in PRESETS:
+                raise ValueError(
+                    f"unknown regions preset {v!r}; expected one of {sorted(PRESETS)} or a mapping "
+                    "{name: [label values]}"
+                )
+            return {k: list(vals) for k, vals in PRESETS[v].items()}
+        return v
+
+    @model_validator(mode="after")
+    def _regions_fit(self) -> DataConfig:
+        import re as _re
+
+        from distmis.labels import paint_order
+
+        if self.regions is not None:
+            if not self.regions:
+                raise ValueError("regions: empty; give at least one region or leave it out")
+            for name, values in self.regions.items():
+                if not _re.fullmatch(r"[A-Za-z0-9_]+", name):
+                    raise ValueError(f"regions: name {name!r} must be letters, digits and '_' (it names metrics)")
+                if not values or any(not 1 <= v <= 255 for v in values):
+                    raise ValueError(f"regions.{name}: expected label values 1..255, got {values}")
+        if self.prepare.label_mode == "regions":
+            if not self.regions:
+                raise ValueError("prepare.label_mode 'regions' needs data.regions (e.g. regions: msd_task01)")
+            paint_order(self.regions)  # a region model must be writable back as labels
+        return self
 
     def resolved_cache_dir(self) -> Path:
         """Where synthetic / prepared data is cached: ``cache_dir``, ``$DISTMIS_DATA_HOME`` or ``~/.cache/distmis``."""
@@ -103,6 +140,9 @@ class TrainConfig(_Section):
 
 
 class ModelConfig(_Section):
+    #: recompute each convolution block's activations in the backward pass (gradient
+    #: checkpointing): less accelerator memory for a bigger volume, at the cost of step time
+    remat: bool = False
     depth: int = Field(3, ge=1, le=6)
     filters: int = Field(8, ge=1)
     kernel_size: int = Field(3, ge=1)
@@ -111,7 +151,7 @@ class ModelConfig(_Section):
     dropout: float = Field(0.0, ge=0, lt=1)
 
     @model_validator(mode="after")
-    def _groups_divide_filters(self) -> "ModelConfig":
+    def _groups_divide_filters(self) -> ModelConfig:
         if self.norm == "group" and self.filters % self.groups:
             raise ValueError(
                 f"group normalisation needs groups to divide filters, got groups={self.groups}, filters={self.filters}"
@@ -156,10 +196,16 @@ class SearchConfig(_Section):
     @field_validator("metric")
     @classmethod
     def _known_metric(cls, v: str) -> str:
-        if v not in METRICS:
+        import re as _re
+
+        # per class / region: val_dice_<name> (which names exist is checked against the data)
+        if v not in METRICS and not _re.fullmatch(r"val_(dice|iou)_[A-Za-z0-9_]+", v):
             hint = difflib.get_close_matches(v, METRICS, n=1)
             extra = f" (did you mean {hint[0]!r}?)" if hint else ""
-            raise ValueError(f"unknown metric {v!r}{extra}; expected one of {list(METRICS)}")
+            raise ValueError(
+                f"unknown metric {v!r}{extra}; expected one of {list(METRICS)} or "
+                "val_dice_<class or region> / val_iou_<class or region>"
+            )
         return v
 
 
@@ -173,7 +219,7 @@ class ParamSpec(_Section):
     when: dict[str, Any] | None = None
 
     @model_validator(mode="after")
-    def _exactly_one_distribution(self) -> "ParamSpec":
+    def _exactly_one_distribution(self) -> ParamSpec:
         given = [k for k in ("uniform", "loguniform", "randint", "choice") if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError(
@@ -201,7 +247,7 @@ class ParallelismConfig(_Section):
     gpus_per_worker: float = Field(0, ge=0)
 
     @model_validator(mode="after")
-    def _experiment_is_single_worker(self) -> "ParallelismConfig":
+    def _experiment_is_single_worker(self) -> ParallelismConfig:
         if self.mode == "experiment" and self.workers_per_trial != 1:
             raise ValueError(
                 f"mode 'experiment' runs single-worker trials, got workers_per_trial={self.workers_per_trial}; "
@@ -235,7 +281,7 @@ class ExperimentConfig(_Section):
     tracking: TrackingConfig = TrackingConfig()
 
     @model_validator(mode="after")
-    def _patch_fits_unet(self) -> "ExperimentConfig":
+    def _patch_fits_unet(self) -> ExperimentConfig:
         factor = 2 ** (self.model.depth - 1)
         for label, shape in (("train.patch", self.train.patch), ("data.prepare.shape", self.data.prepare.shape)):
             if shape is not None and any(s % factor for s in shape):
@@ -245,7 +291,7 @@ class ExperimentConfig(_Section):
         return self
 
     @model_validator(mode="after")
-    def _points_match_space(self) -> "ExperimentConfig":
+    def _points_match_space(self) -> ExperimentConfig:
         s = self.search
         if s.algorithm == "points" and self.space:  # (a trial's own config has no space left to check)
             if not s.points:
@@ -267,6 +313,13 @@ class ExperimentConfig(_Section):
 SEARCHABLE_SECTIONS = ("model", "optimizer", "train")
 
 
+def _section_fields(section: str) -> dict[str, Any]:
+    """The fields of one searchable section's model (``model`` -> ModelConfig's fields)."""
+    annotation = ExperimentConfig.model_fields[section].annotation
+    assert isinstance(annotation, type) and issubclass(annotation, BaseModel)
+    return dict(annotation.model_fields)
+
+
 def resolve_param_name(name: str) -> str:
     """Map a ``space`` key to the dotted field it sets (``lr`` -> ``optimizer.lr``).
 
@@ -275,16 +328,15 @@ def resolve_param_name(name: str) -> str:
     """
     if "." in name:
         section, _, fld = name.partition(".")
-        model = ExperimentConfig.model_fields.get(section)
-        if section not in SEARCHABLE_SECTIONS or model is None or fld not in model.annotation.model_fields:
+        if section not in SEARCHABLE_SECTIONS or fld not in _section_fields(section):
             raise ValueError(f"unknown field {name!r}; expected <{'|'.join(SEARCHABLE_SECTIONS)}>.<field>")
         return name
-    owners = [s for s in SEARCHABLE_SECTIONS if name in ExperimentConfig.model_fields[s].annotation.model_fields]
+    owners = [s for s in SEARCHABLE_SECTIONS if name in _section_fields(s)]
     if len(owners) == 1:
         return f"{owners[0]}.{name}"
     if len(owners) > 1:
         raise ValueError(f"{name!r} is ambiguous: write one of {[f'{o}.{name}' for o in owners]}")
-    known = [f for s in SEARCHABLE_SECTIONS for f in ExperimentConfig.model_fields[s].annotation.model_fields]
+    known = [f for s in SEARCHABLE_SECTIONS for f in _section_fields(s)]
     hint = difflib.get_close_matches(name, known, n=1)
     extra = f" (did you mean {hint[0]!r}?)" if hint else ""
     raise ValueError(f"unknown searchable field {name!r}{extra}")
@@ -313,7 +365,10 @@ def _check_space(config: ExperimentConfig) -> list[tuple[tuple[Any, ...], str]]:
                 hint = difflib.get_close_matches(target, list(config.space), n=1)
                 extra = f" (did you mean {hint[0]!r}?)" if hint else ""
                 problems.append(
-                    (("space", key, "when", target), f"condition on {target!r}, which is not a searched parameter{extra}")
+                    (
+                        ("space", key, "when", target),
+                        f"condition on {target!r}, which is not a searched parameter{extra}",
+                    )
                 )
             elif target == key:
                 problems.append((("space", key, "when"), "a parameter cannot depend on itself"))
@@ -395,8 +450,10 @@ def load_config(path: str | os.PathLike[str], *, require_space: bool = False) ->
         node = yaml.compose(text, Loader=_LineLoader)
         size = expanded_size(node)
         if size > MAX_YAML_NODES:
-            raise ConfigError(f"{p}: expands to more than {MAX_YAML_NODES} YAML nodes (aliases counted at every use); "
-                              "a configuration is a few hundred: refusing what looks like an alias bomb")
+            raise ConfigError(
+                f"{p}: expands to more than {MAX_YAML_NODES} YAML nodes (aliases counted at every use); "
+                "a configuration is a few hundred: refusing what looks like an alias bomb"
+            )
         raw = yaml.load(text, Loader=_LineLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
@@ -467,4 +524,3 @@ __all__ = [
     "load_config",
     "resolve_param_name",
 ]
-

@@ -75,7 +75,9 @@ def read_json(path: str | Path, *, error: type[DistmisError], what: str = "JSON"
     try:
         data = json.loads(text, object_pairs_hook=_no_duplicates)
     except DuplicateKeyError as exc:
-        raise error(f"{path}: {exc}: each key may appear once (a repeated key would silently replace the first)") from None
+        raise error(
+            f"{path}: {exc}: each key may appear once (a repeated key would silently replace the first)"
+        ) from None
     except RecursionError:
         raise error(f"{path}: nested more than {MAX_JSON_DEPTH} levels deep; expected {what}") from None
     except json.JSONDecodeError as exc:
@@ -129,12 +131,16 @@ class StrictYamlLoader(yaml.SafeLoader):
                 hash(key)
             except TypeError:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"a mapping key must be a plain value, got {type(key).__name__}",
-                    key_node.start_mark) from None
+                    None, None, f"a mapping key must be a plain value, got {type(key).__name__}", key_node.start_mark
+                ) from None
             if key in seen:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r} (first on line {seen[key]}); each key may appear once, "
-                    "a repeated key would silently replace the first", key_node.start_mark)
+                    None,
+                    None,
+                    f"duplicate key {key!r} (first on line {seen[key]}); each key may appear once, "
+                    "a repeated key would silently replace the first",
+                    key_node.start_mark,
+                )
             seen[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep=deep)
 

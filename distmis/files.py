@@ -74,8 +74,11 @@ def write_marker(directory: Path, command: str) -> None:
     """Mark ``directory`` as written by ``distmis <command>``."""
     from distmis import __version__
 
-    record = {"written_by": f"{SIGNATURE} {command}", "version": __version__,
-              "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    record = {
+        "written_by": f"{SIGNATURE} {command}",
+        "version": __version__,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
     write_text_atomic(Path(directory) / MARKER, json.dumps(record) + "\n")
 
 
@@ -153,11 +156,15 @@ def check_output(
     name_max, path_max = _name_limits(out_path.absolute())
     for part in out_path.absolute().parts:
         if len(part.encode()) > name_max:
-            raise OutputError(f"{option} {str(out)[:80]}...: a name of {len(part.encode())} bytes is longer than "
-                              f"this filesystem allows ({name_max})")
+            raise OutputError(
+                f"{option} {str(out)[:80]}...: a name of {len(part.encode())} bytes is longer than "
+                f"this filesystem allows ({name_max})"
+            )
     if len(str(out_path.absolute()).encode()) >= path_max:
-        raise OutputError(f"{option}: the path is {len(str(out_path.absolute()).encode())} bytes long; this "
-                          f"filesystem allows {path_max}")
+        raise OutputError(
+            f"{option}: the path is {len(str(out_path.absolute()).encode())} bytes long; this "
+            f"filesystem allows {path_max}"
+        )
     real_out = _real(out_path)
     for what, given in dict(inputs).items():
         if given is None:
@@ -181,8 +188,10 @@ def check_replaceable(out: Path, *, option: str, overwrite: bool) -> None:
         raise OutputError(f"{option} {out}: already exists; pass --overwrite to replace it, or choose another path")
     if out.is_symlink() or not written_by_distmis(out):
         kind = "directory" if out.is_dir() else "file"
-        raise OutputError(f"{option} {out}: this {kind} was not written by distmis (no {MARKER} marker / signature); "
-                          "--overwrite only replaces distmis' own outputs: remove it yourself or choose another path")
+        raise OutputError(
+            f"{option} {out}: this {kind} was not written by distmis (no {MARKER} marker / signature); "
+            "--overwrite only replaces distmis' own outputs: remove it yourself or choose another path"
+        )
 
 
 # --------------------------------------------------------------------------- atomic writes
@@ -253,8 +262,9 @@ def _tmp_sibling(target: Path, *, directory: bool) -> Path:
 
 
 @contextlib.contextmanager
-def atomic_directory(out: Path, *, command: str, overwrite: bool = False, option: str = "OUT",
-                     inside_own_output: bool = False) -> Iterator[Path]:
+def atomic_directory(
+    out: Path, *, command: str, overwrite: bool = False, option: str = "OUT", inside_own_output: bool = False
+) -> Iterator[Path]:
     """Yield a temporary sibling of ``out``; it becomes ``out`` (marked) only if the block succeeds.
 
     An existing ``out`` is replaced only with ``overwrite`` and only if distmis wrote it
@@ -340,8 +350,10 @@ def owned_output_directory(out: Path, *, command: str, option: str) -> Iterator[
         if info is None and any(out.iterdir()):
             raise OutputError(f"{option} {out}: a non-empty directory not written by distmis; choose another path")
         if info is not None and info.get("written_by") != f"{SIGNATURE} {command}":
-            raise OutputError(f"{option} {out}: holds the output of {info.get('written_by')!r}, "
-                              f"not of distmis {command}; choose another path")
+            raise OutputError(
+                f"{option} {out}: holds the output of {info.get('written_by')!r}, "
+                f"not of distmis {command}; choose another path"
+            )
     try:
         if marker_info(out) is None:
             write_marker(out, command)

@@ -39,6 +39,17 @@ class DataFacts:
     train: int
     val: int
     where: str  # where the shape comes from, for messages
+    labels: dict[int, str] | None = None
+    label_mode: str = "binary"
+    num_classes: int = 1
+    regions: dict[str, list[int]] | None = None
+
+    def metric_names(self) -> list[str]:
+        """Every metric a search on this data can optimise."""
+        from distmis.config import METRICS
+        from distmis.labels import metric_names
+
+        return [*METRICS, *metric_names(self.labels or {}, self.label_mode, self.num_classes, self.regions)]
 
 
 def _candidates(spec: ParamSpec) -> list[Any]:
@@ -48,8 +59,9 @@ def _candidates(spec: ParamSpec) -> list[Any]:
     if spec.randint is not None:
         low, high = spec.randint
         return sorted({low, high - 1})
-    low, high = spec.uniform if spec.uniform is not None else spec.loguniform  # type: ignore[misc]
-    return [low, high]
+    bounds = spec.uniform if spec.uniform is not None else spec.loguniform
+    assert bounds is not None  # the spec model guarantees exactly one kind
+    return [bounds[0], bounds[1]]
 
 
 def _refusal(exc: Exception) -> str:
@@ -72,8 +84,12 @@ def _check_values(config: ExperimentConfig) -> list[tuple[tuple[Any, ...], str]]
             try:
                 apply_params(config, {name: value})
             except (ValidationError, ValueError) as exc:
-                problems.append((("space", name), f"can sample {value!r}, which {resolve_param_name(name)} "
-                                                  f"refuses: {_refusal(exc)}"))
+                problems.append(
+                    (
+                        ("space", name),
+                        f"can sample {value!r}, which {resolve_param_name(name)} refuses: {_refusal(exc)}",
+                    )
+                )
                 break
     return problems
 
@@ -109,15 +125,23 @@ def _check_conditions(config: ExperimentConfig) -> list[tuple[tuple[Any, ...], s
             tspec = config.space[target]
             allowed = wanted if isinstance(wanted, list) else [wanted]
             if tspec.kind in ("uniform", "loguniform"):
-                problems.append((("space", name, "when", target),
-                                 f"condition on the continuous parameter {target!r} can never hold exactly; "
-                                 "condition on a choice or randint parameter"))
+                problems.append(
+                    (
+                        ("space", name, "when", target),
+                        f"condition on the continuous parameter {target!r} can never hold exactly; "
+                        "condition on a choice or randint parameter",
+                    )
+                )
                 continue
             values = param_values(tspec)
             if not any(v in allowed for v in values):  # the same test as space.condition_holds
-                problems.append((("space", name, "when", target),
-                                 f"condition {target} == {wanted!r} can never hold: {target} takes {values}, so "
-                                 f"{name} would never be searched"))
+                problems.append(
+                    (
+                        ("space", name, "when", target),
+                        f"condition {target} == {wanted!r} can never hold: {target} takes {values}, so "
+                        f"{name} would never be searched",
+                    )
+                )
     return problems
 
 
@@ -125,11 +149,21 @@ def _check_search(config: ExperimentConfig) -> list[tuple[tuple[Any, ...], str]]
     problems: list[tuple[tuple[Any, ...], str]] = []
     s = config.search
     if s.metric.endswith(HIGHER_IS_BETTER) and s.mode == "min":
-        problems.append((("search", "mode"), f"'min' with metric {s.metric}, where higher is better: the search would "
-                                             "look for the worst model; use mode: max"))
+        problems.append(
+            (
+                ("search", "mode"),
+                f"'min' with metric {s.metric}, where higher is better: the search would "
+                "look for the worst model; use mode: max",
+            )
+        )
     if s.metric.endswith(LOWER_IS_BETTER) and s.mode == "max":
-        problems.append((("search", "mode"), f"'max' with metric {s.metric}, where lower is better: the search would "
-                                             "look for the worst model; use mode: min"))
+        problems.append(
+            (
+                ("search", "mode"),
+                f"'max' with metric {s.metric}, where lower is better: the search would "
+                "look for the worst model; use mode: min",
+            )
+        )
     if s.algorithm == "grid" and config.space:
         from distmis.tuning.space import grid_points
 
@@ -152,23 +186,52 @@ def data_facts(config: ExperimentConfig, base_dir: Path) -> DataFacts:
 
     data = config.data
     prep = data.prepare
+
+    def labelling(labels: dict[int, str]) -> dict[str, Any]:
+        mode = prep.label_mode
+        classes = {"binary": 1, "regions": len(data.regions or {})}.get(mode, max(labels) + 1)
+        return {"labels": labels, "label_mode": mode, "num_classes": classes, "regions": data.regions}
+
     if data.source == "synthetic":
+        from distmis.data._synth import LABELS
+
         ids = [f"SYNTH_{i:03d}" for i in range(data.synthetic.cases)]
         split = split_cases(ids, prep.split, prep.seed)
-        return DataFacts("synthetic", tuple(prep.shape), len(split["train"]), len(split["val"]),  # type: ignore[arg-type]
-                         "data.prepare.shape")
+        return DataFacts(
+            "synthetic",
+            (prep.shape[0], prep.shape[1], prep.shape[2]),
+            len(split["train"]),
+            len(split["val"]),  # type: ignore[arg-type]
+            "data.prepare.shape",
+            **labelling(dict(LABELS)),
+        )
     src = Path(data.source).expanduser()
     if not src.is_absolute():
         src = (base_dir / src).resolve()
     if (src / MANIFEST).is_file():
         manifest = load_manifest(src)
-        return DataFacts(str(src), manifest.shape, manifest.num_cases("train"), manifest.num_cases("val"),
-                         f"{src / MANIFEST}")
+        return DataFacts(
+            str(src),
+            manifest.shape,
+            manifest.num_cases("train"),
+            manifest.num_cases("val"),
+            f"{src / MANIFEST}",
+            labels=manifest.labels,
+            label_mode=manifest.label_mode,
+            num_classes=manifest.num_classes,
+            regions=manifest.regions,
+        )
     if (src / "dataset.json").is_file():
         dataset = read_dataset_json(src)
         split = split_cases([c.case_id for c in dataset.training], prep.split, prep.seed)
-        return DataFacts(str(src), tuple(prep.shape), len(split["train"]), len(split["val"]),  # type: ignore[arg-type]
-                         "data.prepare.shape")
+        return DataFacts(
+            str(src),
+            (prep.shape[0], prep.shape[1], prep.shape[2]),
+            len(split["train"]),
+            len(split["val"]),  # type: ignore[arg-type]
+            "data.prepare.shape",
+            **labelling(dataset.labels),
+        )
     raise DataError(f"data.source: {src} holds neither dataset.json (MSD) nor {MANIFEST} (prepared)")
 
 
@@ -190,33 +253,69 @@ def _check_data(config: ExperimentConfig, facts: DataFacts) -> list[tuple[tuple[
     depths = [d for d in _sampled(config, "model.depth") if isinstance(d, int)]
     divisor = 2 ** (max(depths) - 1) if depths else 1
     if any(s % divisor for s in facts.shape):
-        problems.append((("data",), f"the prepared volumes are {list(facts.shape)} ({facts.where}); a depth-{max(depths)} "
-                                    f"U-Net needs every side divisible by {divisor} (validation runs on whole volumes)"))
+        problems.append(
+            (
+                ("data",),
+                f"the prepared volumes are {list(facts.shape)} ({facts.where}); a depth-{max(depths)} "
+                f"U-Net needs every side divisible by {divisor} (validation runs on whole volumes)",
+            )
+        )
     for patch in _sampled(config, "train.patch"):
         if patch is None:
             continue
         patch = tuple(patch)
         if any(p > s for p, s in zip(patch, facts.shape, strict=False)):
-            problems.append((("train", "patch"), f"{list(patch)} is larger than the prepared volumes "
-                                                 f"{list(facts.shape)} ({facts.where})"))
+            problems.append(
+                (
+                    ("train", "patch"),
+                    f"{list(patch)} is larger than the prepared volumes {list(facts.shape)} ({facts.where})",
+                )
+            )
         elif any(p % divisor for p in patch):
-            problems.append((("train", "patch"), f"{list(patch)}: a depth-{max(depths)} U-Net needs every side "
-                                                 f"divisible by {divisor}"))
+            problems.append(
+                (
+                    ("train", "patch"),
+                    f"{list(patch)}: a depth-{max(depths)} U-Net needs every side divisible by {divisor}",
+                )
+            )
+    valid = facts.metric_names()
+    if config.search.metric not in valid:
+        import difflib
+
+        hint = difflib.get_close_matches(config.search.metric, valid, n=1)
+        problems.append(
+            (
+                ("search", "metric"),
+                f"{config.search.metric!r} is not reported for this data "
+                f"({facts.label_mode} labels){f' (did you mean {hint[0]!r}?)' if hint else ''}; "
+                f"expected one of {valid}",
+            )
+        )
     if config.search.metric.startswith("val_") and facts.val == 0:
-        problems.append((("search", "metric"), f"{config.search.metric} needs validation cases, but the validation "
-                                               f"split of {facts.source} is empty; give it cases (data.prepare.split, "
-                                               "distmis prepare --split) or use metric dice / loss"))
+        problems.append(
+            (
+                ("search", "metric"),
+                f"{config.search.metric} needs validation cases, but the validation "
+                f"split of {facts.source} is empty; give it cases (data.prepare.split, "
+                "distmis prepare --split) or use metric dice / loss",
+            )
+        )
     batches = [b for b in _sampled(config, "train.batch_size_per_replica") if isinstance(b, int)]
     global_batch = max(batches) * config.parallelism.workers_per_trial
     if facts.train < global_batch:
-        problems.append((("train", "batch_size_per_replica"),
-                         f"one global batch is {global_batch} cases ({max(batches)} per replica x "
-                         f"{config.parallelism.workers_per_trial} worker(s)), the training split has {facts.train}"))
+        problems.append(
+            (
+                ("train", "batch_size_per_replica"),
+                f"one global batch is {global_batch} cases ({max(batches)} per replica x "
+                f"{config.parallelism.workers_per_trial} worker(s)), the training split has {facts.train}",
+            )
+        )
     return problems
 
 
-def preflight(config: ExperimentConfig, *, path: str | Path, base_dir: Path | None = None,
-              check_data: bool = True) -> DataFacts | None:
+def preflight(
+    config: ExperimentConfig, *, path: str | Path, base_dir: Path | None = None, check_data: bool = True
+) -> DataFacts | None:
     """Refuse a configuration that would fail (or mislead) after the work has started.
 
     Args:

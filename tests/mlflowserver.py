@@ -21,14 +21,27 @@ class MlflowServer:
     def uri(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 90) -> "MlflowServer":
+    def start(self, timeout: float = 90) -> MlflowServer:
         self.root.mkdir(parents=True, exist_ok=True)
         log = open(self.root / "server.log", "a")
         self.proc = subprocess.Popen(
-            [str(Path(sys.executable).parent / "mlflow"), "server", "--backend-store-uri",
-             f"sqlite:///{self.root / 'mlflow.db'}", "--artifacts-destination", str(self.root / "artifacts"),
-             "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                str(Path(sys.executable).parent / "mlflow"),
+                "server",
+                "--backend-store-uri",
+                f"sqlite:///{self.root / 'mlflow.db'}",
+                "--artifacts-destination",
+                str(self.root / "artifacts"),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--workers",
+                "1",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -57,12 +57,26 @@ class RayHead:
         self.temp_dir = Path(f"/tmp/dm-{secrets.token_hex(3)}")  # short: AF_UNIX paths <= 107 bytes
         self.nodes: list[subprocess.Popen] = []
         self.proc = subprocess.Popen(
-            [str(VENV_BIN / "ray"), "start", "--head", "--block", f"--node-ip-address={host}",
-             f"--port={self.gcs_port}", f"--dashboard-host={host}", f"--dashboard-port={self.dashboard_port}",
-             f"--ray-client-server-port={free_port(host)}", "--dashboard-agent-listen-port=0",
-             f"--num-cpus={num_cpus}", f"--temp-dir={self.temp_dir}", "--disable-usage-stats",
-             *([f"--resources={resources}"] if resources else [])],
-            env=self.env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                str(VENV_BIN / "ray"),
+                "start",
+                "--head",
+                "--block",
+                f"--node-ip-address={host}",
+                f"--port={self.gcs_port}",
+                f"--dashboard-host={host}",
+                f"--dashboard-port={self.dashboard_port}",
+                f"--ray-client-server-port={free_port(host)}",
+                "--dashboard-agent-listen-port=0",
+                f"--num-cpus={num_cpus}",
+                f"--temp-dir={self.temp_dir}",
+                "--disable-usage-stats",
+                *([f"--resources={resources}"] if resources else []),
+            ],
+            env=self.env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         self._wait_ready(timeout=90)
 
@@ -96,18 +110,36 @@ class RayHead:
         """Join a worker node (its own loopback address) to this head; stopped with the head."""
         log = open(self.log.name.replace("head", host), "w")
         proc = subprocess.Popen(
-            [str(VENV_BIN / "ray"), "start", "--block", f"--address={self.address}", f"--node-ip-address={host}",
-             f"--num-cpus={num_cpus}", "--dashboard-agent-listen-port=0", "--disable-usage-stats"],
-            env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                str(VENV_BIN / "ray"),
+                "start",
+                "--block",
+                f"--address={self.address}",
+                f"--node-ip-address={host}",
+                f"--num-cpus={num_cpus}",
+                "--dashboard-agent-listen-port=0",
+                "--disable-usage-stats",
+            ],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         self.nodes.append(proc)
         return proc
 
     def alive_nodes(self) -> int:
         out = subprocess.run(
-            [sys.executable, "-c", f"import ray; ray.init(address='{self.address}', logging_level='error'); "
-             "print(sum(1 for n in ray.nodes() if n['Alive']))"],
-            env=self.env, capture_output=True, text=True, timeout=60,
+            [
+                sys.executable,
+                "-c",
+                f"import ray; ray.init(address='{self.address}', logging_level='error'); "
+                "print(sum(1 for n in ray.nodes() if n['Alive']))",
+            ],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         return int(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else 0
 
@@ -115,9 +147,17 @@ class RayHead:
         import json
 
         out = subprocess.run(
-            [sys.executable, "-c", f"import json, ray; ray.init(address='{self.address}', logging_level='error'); "
-             "print(json.dumps({'total': ray.cluster_resources(), 'free': ray.available_resources()}))"],
-            env=self.env, capture_output=True, text=True, timeout=60, check=True,
+            [
+                sys.executable,
+                "-c",
+                f"import json, ray; ray.init(address='{self.address}', logging_level='error'); "
+                "print(json.dumps({'total': ray.cluster_resources(), 'free': ray.available_resources()}))",
+            ],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
         )
         return json.loads(out.stdout.strip().splitlines()[-1])
 

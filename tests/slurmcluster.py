@@ -40,7 +40,7 @@ class SlurmCluster:
         ctld_port = free_port()
         node_lines = "\n".join(
             f"NodeName={n} NodeHostname={host} NodeAddr={a} Port={free_port()} CPUs={cpus} RealMemory=4000 State=UNKNOWN"
-            for n, a in zip(self.names, self.addrs)
+            for n, a in zip(self.names, self.addrs, strict=False)
         )
         self.conf = root / "slurm.conf"
         self.conf.write_text(f"""ClusterName=distmis
@@ -77,12 +77,24 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 
     def _spawn(self, cmd: list[str], name: str) -> None:
         log = open(self.root / "log" / f"{name}.out", "w")
-        self.procs.append(subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        self.procs.append(
+            subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        )
 
-    def start(self, timeout: float = 60) -> "SlurmCluster":
-        self._spawn(["munged", "-f", "-F", f"--key-file={self.root / 'munge' / 'munge.key'}", f"--socket={self.socket}",
-                     f"--pid-file={self.root / 'munge' / 'munged.pid'}", f"--log-file={self.root / 'log' / 'munged.log'}",
-                     f"--seed-file={self.root / 'munge' / 'munged.seed'}"], "munged")
+    def start(self, timeout: float = 60) -> SlurmCluster:
+        self._spawn(
+            [
+                "munged",
+                "-f",
+                "-F",
+                f"--key-file={self.root / 'munge' / 'munge.key'}",
+                f"--socket={self.socket}",
+                f"--pid-file={self.root / 'munge' / 'munged.pid'}",
+                f"--log-file={self.root / 'log' / 'munged.log'}",
+                f"--seed-file={self.root / 'munge' / 'munged.seed'}",
+            ],
+            "munged",
+        )
         self._wait(lambda: self.socket.exists(), "munged socket", timeout)
         self._spawn(["slurmctld", "-D", "-i", "-f", str(self.conf)], "slurmctld")
         for n in self.names:
@@ -104,7 +116,9 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         raise TimeoutError(f"SLURM test cluster: no {what} after {timeout}s; logs in {self.root / 'log'}")
 
     def sbatch(self, script: Path) -> str:
-        out = subprocess.run(["sbatch", "--parsable", str(script)], env=self.env, capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            ["sbatch", "--parsable", str(script)], env=self.env, capture_output=True, text=True, check=True
+        )
         return out.stdout.strip().split(";")[0]
 
     def job_state(self, job_id: str) -> tuple[str, str]:

@@ -54,20 +54,29 @@ def test_valid_file_loads(tmp_path: Path) -> None:
         # loguniform <= 0
         ("space:\n  lr: {loguniform: [0.0, 0.01]}\n", r"space\.lr: loguniform needs low > 0"),
         # unknown condition target
-        ("space:\n  groups: {choice: [2], when: {nrom: group}}\n  norm: {choice: [group]}\n",
-         r"space\.groups\.when\.nrom: condition on 'nrom'.*\(did you mean 'norm'\?\)"),
+        (
+            "space:\n  groups: {choice: [2], when: {nrom: group}}\n  norm: {choice: [group]}\n",
+            r"space\.groups\.when\.nrom: condition on 'nrom'.*\(did you mean 'norm'\?\)",
+        ),
         # unknown metric
-        ("search: {metric: val_dcie}\nspace:\n  lr: {loguniform: [0.001, 0.01]}\n",
-         r":1: search\.metric: unknown metric 'val_dcie' \(did you mean 'val_dice'\?\)"),
+        (
+            "search: {metric: val_dcie}\nspace:\n  lr: {loguniform: [0.001, 0.01]}\n",
+            r":1: search\.metric: unknown metric 'val_dcie' \(did you mean 'val_dice'\?\)",
+        ),
         # unknown searchable field
         ("space:\n  learning_rate: {loguniform: [0.001, 0.01]}\n", r"space\.learning_rate: unknown searchable field"),
         # two distributions at once
         ("space:\n  lr: {uniform: [0.1, 0.2], choice: [1]}\n", r"space\.lr: a parameter needs exactly one of"),
         # U-Net cannot downsample this patch
-        ("train: {patch: [30, 32, 32]}\nspace:\n  lr: {loguniform: [0.001, 0.01]}\n", r"train\.patch must be divisible"),
+        (
+            "train: {patch: [30, 32, 32]}\nspace:\n  lr: {loguniform: [0.001, 0.01]}\n",
+            r"train\.patch must be divisible",
+        ),
         # groups must divide filters
-        ("model: {norm: group, groups: 3, filters: 8}\nspace:\n  lr: {loguniform: [0.001, 0.01]}\n",
-         r"groups to divide filters"),
+        (
+            "model: {norm: group, groups: 3, filters: 8}\nspace:\n  lr: {loguniform: [0.001, 0.01]}\n",
+            r"groups to divide filters",
+        ),
         # not YAML at all
         ("space: [unclosed\n", r"not valid YAML"),
     ],

@@ -26,8 +26,13 @@ def test_output_may_not_be_contain_or_lie_inside_an_input(tmp_path: Path) -> Non
     data = tmp_path / "data" / "mine"
     data.mkdir(parents=True)
     (tmp_path / "link").symlink_to(data)
-    for out, word in ((data, "is the"), (tmp_path / "data", "contains the"), (data / "sub", "lies inside the"),
-                      (tmp_path / "link", "is the"), (tmp_path / "link" / "x", "lies inside the")):
+    for out, word in (
+        (data, "is the"),
+        (tmp_path / "data", "contains the"),
+        (data / "sub", "lies inside the"),
+        (tmp_path / "link", "is the"),
+        (tmp_path / "link" / "x", "lies inside the"),
+    ):
         with pytest.raises(OutputError, match=f"--out .* {word} source dataset"):
             check_output(out, option="--out", inputs={"source dataset": data})
     assert check_output(tmp_path / "elsewhere", option="--out", inputs={"source dataset": data, "model": None})

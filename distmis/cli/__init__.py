@@ -30,9 +30,11 @@ class _Parser(argparse.ArgumentParser):
         hint = f" (see distmis {command} --help)" if command else " (see distmis --help)"
         self.exit(2, f"distmis: error: {message}{hint}\n")
 
+
 COMMANDS = {
     "synth": "write a synthetic MSD-layout NIfTI dataset",
     "prepare": "MSD dataset -> sharded TFRecords + info.json",
+    "inspect": "fingerprint an MSD dataset: shapes, spacing, intensities, labels, warnings, a suggested patch",
     "visualize": "draw a prepared case (channels + label overlay) as PNG or GIF",
     "train": "train one configuration (no search)",
     "tune": "run a hyperparameter search from a search-space YAML",
@@ -84,8 +86,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.split(".")[0] in ("tensorflow", "keras"):
-            print(f"distmis: error: {exc.name.split('.')[0]} is not installed in this environment "
-                  f"({sys.executable}); {TENSORFLOW_HINT}", file=sys.stderr)
+            print(
+                f"distmis: error: {exc.name.split('.')[0]} is not installed in this environment "
+                f"({sys.executable}); {TENSORFLOW_HINT}",
+                file=sys.stderr,
+            )
             return 2
         raise
     except KeyboardInterrupt:

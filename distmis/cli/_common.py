@@ -32,7 +32,8 @@ def fractions3(text: str) -> tuple[float, float, float]:
         raise argparse.ArgumentTypeError(f"expected TRAIN,VAL,TEST fractions, got {text!r}")
     if any(p < 0 for p in parts) or not math.isclose(sum(parts), 1.0, abs_tol=1e-6) or parts[0] <= 0:
         raise argparse.ArgumentTypeError(
-            f"expected fractions >= 0 that sum to 1 with TRAIN > 0, got {text!r} (sum {sum(parts):g})")
+            f"expected fractions >= 0 that sum to 1 with TRAIN > 0, got {text!r} (sum {sum(parts):g})"
+        )
     return parts[0], parts[1], parts[2]
 
 
@@ -72,6 +73,28 @@ def positive_float(text: str) -> float:
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
     return value
+
+
+def regions_option(text: str) -> dict[str, list[int]]:
+    """``msd_task01`` (a preset) or ``WT=1,2,3;TC=2,3;ET=3``."""
+    import re
+
+    from distmis.labels import PRESETS
+
+    if text in PRESETS:
+        return {k: list(v) for k, v in PRESETS[text].items()}
+    regions: dict[str, list[int]] = {}
+    for part in text.split(";"):
+        match = re.fullmatch(r"\s*([A-Za-z0-9_]+)\s*=\s*(\d+(?:\s*,\s*\d+)*)\s*", part)
+        if not match:
+            raise argparse.ArgumentTypeError(
+                f"expected a preset ({', '.join(sorted(PRESETS))}) or NAME=v,v;NAME=v, got {text!r}"
+            )
+        values = [int(v) for v in match.group(2).split(",")]
+        if any(not 1 <= v <= 255 for v in values):
+            raise argparse.ArgumentTypeError(f"region {match.group(1)}: label values must be 1..255, got {values}")
+        regions[match.group(1)] = values
+    return regions
 
 
 def overlap_fraction(text: str) -> float:

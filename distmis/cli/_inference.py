@@ -10,19 +10,39 @@ from distmis.cli._common import nonnegative_float, overlap_fraction, positive_fl
 
 def add_window_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("sliding window")
-    g.add_argument("--patch", type=shape3, default=None,
-                   help="cube size X,Y,Z or one int (default: the patch the model was trained on)")
-    g.add_argument("--overlap", type=overlap_fraction, default=0.5, help="overlap of neighbouring cubes, in [0, 1) (default 0.5)")
-    g.add_argument("--blend", choices=("gaussian", "average"), default="gaussian",
-                   help="how overlapping cubes are combined (default gaussian: centre voxels weigh most)")
-    g.add_argument("--batch", type=positive_int, default=2, help="cubes per forward pass; bounds accelerator memory (default 2)")
+    g.add_argument(
+        "--patch",
+        type=shape3,
+        default=None,
+        help="cube size X,Y,Z or one int (default: the patch the model was trained on)",
+    )
+    g.add_argument(
+        "--overlap", type=overlap_fraction, default=0.5, help="overlap of neighbouring cubes, in [0, 1) (default 0.5)"
+    )
+    g.add_argument(
+        "--blend",
+        choices=("gaussian", "average"),
+        default="gaussian",
+        help="how overlapping cubes are combined (default gaussian: centre voxels weigh most)",
+    )
+    g.add_argument(
+        "--batch", type=positive_int, default=2, help="cubes per forward pass; bounds accelerator memory (default 2)"
+    )
     r = p.add_argument_group("parallel cases (Ray)")
-    r.add_argument("--workers", type=positive_int, default=None,
-                   help="cases predicted at once, one Ray actor each (default: 1 without a cluster, "
-                        "every GPU / CPU of the cluster with --address or RAY_ADDRESS)")
+    r.add_argument(
+        "--workers",
+        type=positive_int,
+        default=None,
+        help="cases predicted at once, one Ray actor each (default: 1 without a cluster, "
+        "every GPU / CPU of the cluster with --address or RAY_ADDRESS)",
+    )
     r.add_argument("--cpus-per-worker", type=positive_float, default=1.0, help="CPUs per Ray actor (default 1)")
-    r.add_argument("--gpus-per-worker", type=nonnegative_float, default=None,
-                   help="GPUs per Ray actor (default: 1 when the cluster has GPUs, else 0)")
+    r.add_argument(
+        "--gpus-per-worker",
+        type=nonnegative_float,
+        default=None,
+        help="GPUs per Ray actor (default: 1 when the cluster has GPUs, else 0)",
+    )
     r.add_argument("--address", default=None, help="Ray cluster address (default: $RAY_ADDRESS, else no Ray)")
 
 

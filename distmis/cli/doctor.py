@@ -36,7 +36,9 @@ def run(args: argparse.Namespace) -> int:
             check("ports", True, f"a free port can be bound on {args.host} ({s.getsockname()[1]})")
     except OSError as exc:
         check("ports", False, f"cannot bind on {args.host}: {exc}")
-    sample = Path(args.temp_dir) / "dm-1234567-0" / "session_2026-01-01_00-00-00_000000_12345" / "sockets" / "plasma_store"
+    sample = (
+        Path(args.temp_dir) / "dm-1234567-0" / "session_2026-01-01_00-00-00_000000_12345" / "sockets" / "plasma_store"
+    )
     check("temp path length", len(str(sample)) < 107, f"{len(str(sample))} bytes for Ray's longest socket path (< 107)")
 
     configure_tensorflow(None)
@@ -46,7 +48,11 @@ def run(args: argparse.Namespace) -> int:
     gpus = tf.config.list_physical_devices("GPU")
     check("GPUs visible to TensorFlow", True, f"{len(gpus)} {[g.name for g in gpus]}")
     pair_ok = keras.__version__.startswith("3.") and tf.__version__.startswith("2.2")
-    check("TensorFlow/Keras", pair_ok, f"tensorflow {tf.__version__}, keras {keras.__version__} (need TF >= 2.16 with Keras 3)")
+    check(
+        "TensorFlow/Keras",
+        pair_ok,
+        f"tensorflow {tf.__version__}, keras {keras.__version__} (need TF >= 2.16 with Keras 3)",
+    )
     token = os.environ.get("RAY_AUTH_TOKEN_PATH")
     if token and Path(token).exists():
         mode = stat.S_IMODE(Path(token).stat().st_mode)

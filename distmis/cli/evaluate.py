@@ -14,11 +14,16 @@ from distmis.cli._inference import add_window_arguments, report_failures, window
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="model directory (e.g. runs/x/best)")
-    p.add_argument("data", nargs="?", default=None,
-                   help="prepared directory (info.json: its raw source and split) or an MSD directory "
-                        "(default: the data the model was trained on, from its config.yaml)")
-    p.add_argument("--split", default="test", help="split of the prepared directory (default test); "
-                   "'all' for an MSD directory")
+    p.add_argument(
+        "data",
+        nargs="?",
+        default=None,
+        help="prepared directory (info.json: its raw source and split) or an MSD directory "
+        "(default: the data the model was trained on, from its config.yaml)",
+    )
+    p.add_argument(
+        "--split", default="test", help="split of the prepared directory (default test); 'all' for an MSD directory"
+    )
     p.add_argument("--out", default=None, help="output directory (default <model>/../evaluate-<split>)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
     p.add_argument("--no-track", action="store_true", help="do not log the evaluation to MLflow")
@@ -43,9 +48,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"data: {data} (from the model's config.yaml)")
     with progress("predicting") as update:
         result = evaluate(
-            args.model, data, split=args.split, out=args.out, options=window_options(args),
-            workers=args.workers, address=args.address, cpus_per_worker=args.cpus_per_worker,
-            gpus_per_worker=args.gpus_per_worker, overwrite=args.overwrite, track=not args.no_track,
+            args.model,
+            data,
+            split=args.split,
+            out=args.out,
+            options=window_options(args),
+            workers=args.workers,
+            address=args.address,
+            cpus_per_worker=args.cpus_per_worker,
+            gpus_per_worker=args.gpus_per_worker,
+            overwrite=args.overwrite,
+            track=not args.no_track,
             on_done=lambda outcome, n, total: update(n, total),
         )
     table = Table(title=f"{args.split}: {result.summary['scored']} of {result.summary['cases']} case(s) scored")
@@ -55,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     table.add_column("undefined", justify="right")
     for metric in METRICS:
         s = result.summary["metrics"][metric]
-        fmt = (lambda v: "-" if math.isnan(v) else f"{v:.4f}")
+        fmt = lambda v: "-" if math.isnan(v) else f"{v:.4f}"
         table.add_row(metric, fmt(s["mean"]), fmt(s["median"]), str(s["undefined"]))
     Console().print(table)
     print(f"results: {result.out} (metrics.csv, summary.json, cases.png, predictions/)")

@@ -14,10 +14,12 @@ from distmis.cli._inference import add_window_arguments, report_failures, window
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="model directory: config.yaml, weights.npz, preprocessing.json (e.g. runs/x/best)")
     p.add_argument("input", help="a .nii/.nii.gz image, or a directory of them (e.g. imagesTs/)")
-    p.add_argument("--out", required=True,
-                   help="output .nii.gz for one image, or a directory (one <case>.nii.gz per input)")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace segmentations distmis wrote earlier (never any other file)")
+    p.add_argument(
+        "--out", required=True, help="output .nii.gz for one image, or a directory (one <case>.nii.gz per input)"
+    )
+    p.add_argument(
+        "--overwrite", action="store_true", help="replace segmentations distmis wrote earlier (never any other file)"
+    )
     add_window_arguments(p)
 
 
@@ -30,19 +32,31 @@ def run(args: argparse.Namespace) -> int:
     options.check()
     options.resolved_patch(record)
     jobs = plan_jobs(Path(args.input), Path(args.out), model_dir=Path(args.model), overwrite=args.overwrite)
-    print(f"model: {args.model} ({record.preprocessing['label_mode']}, {record.channels} channels, "
-          f"resize {record.preprocessing['resize']}); {len(jobs)} case(s)")
+    print(
+        f"model: {args.model} ({record.preprocessing['label_mode']}, {record.channels} channels, "
+        f"resize {record.preprocessing['resize']}); {len(jobs)} case(s)"
+    )
     with progress("predicting") as update:
         update(0, len(jobs))
 
         def done(outcome, n: int, total: int) -> None:  # noqa: ANN001
             update(n, total)
             if outcome.ok:
-                print(f"  {outcome.case_id}: {'x'.join(map(str, outcome.shape[:3]))}, {outcome.cubes} cubes, "
-                      f"{outcome.seconds:.1f} s -> {outcome.out}  [{outcome.worker}]")
+                print(
+                    f"  {outcome.case_id}: {'x'.join(map(str, outcome.shape[:3]))}, {outcome.cubes} cubes, "
+                    f"{outcome.seconds:.1f} s -> {outcome.out}  [{outcome.worker}]"
+                )
 
-        outcomes = predict_cases(args.model, jobs, options, workers=args.workers, address=args.address,
-                                 cpus_per_worker=args.cpus_per_worker, gpus_per_worker=args.gpus_per_worker, on_done=done)
+        outcomes = predict_cases(
+            args.model,
+            jobs,
+            options,
+            workers=args.workers,
+            address=args.address,
+            cpus_per_worker=args.cpus_per_worker,
+            gpus_per_worker=args.gpus_per_worker,
+            on_done=done,
+        )
     ok = sum(o.ok for o in outcomes)
     out = Path(args.out)
     if ok and out.is_dir():

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from distmis.cli._common import fractions3, nonnegative_int, positive_int, progress, shape3
+from distmis.cli._common import fractions3, nonnegative_int, positive_int, progress, regions_option, shape3
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -17,7 +17,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("out", help="output directory for the prepared dataset")
     p.add_argument("--shape", type=shape3, default=(32, 32, 32), help="output volume shape X,Y,Z (default 32,32,32)")
     p.add_argument("--resize", choices=["crop_pad", "resample"], default="crop_pad", help="how to reach --shape")
-    p.add_argument("--label-mode", choices=["binary", "multiclass"], default="binary")
+    p.add_argument(
+        "--label-mode",
+        choices=["binary", "multiclass", "regions"],
+        default="binary",
+        help="binary (any label > 0), multiclass (one class per label value) or regions (one per --regions)",
+    )
+    p.add_argument(
+        "--regions",
+        type=regions_option,
+        default=None,
+        help="regions to train (--label-mode regions) or report: msd_task01 (WT, TC, ET) or 'WT=1,2,3;TC=2,3;ET=3'",
+    )
     p.add_argument("--split", type=fractions3, default=(0.7, 0.15, 0.15), help="train,val,test fractions")
     p.add_argument("--shards", type=positive_int, default=4, help="TFRecord shards per split (default 4)")
     p.add_argument("--seed", type=nonnegative_int, default=0, help="split seed")
@@ -41,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
             workers=args.workers,
             overwrite=args.overwrite,
             progress=update,
+            regions=args.regions,
         )
     counts = ", ".join(f"{k} {v['num_cases']}" for k, v in manifest["splits"].items())
     print(f"prepared {manifest['source']['name']} -> {args.out} ({counts}; shape {manifest['shape']})")

@@ -4,9 +4,9 @@ a checkpoint every epoch, the best weights kept; --resume continues from the las
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from distmis.cli._common import positive_int
-from pathlib import Path
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -35,7 +35,9 @@ def run(args: argparse.Namespace) -> int:
     check_output(out, option="--out", inputs={"data source": source, "configuration file": args.config})
     checkpoint = out / CHECKPOINT_DIR
     if checkpoint.exists() and not args.resume:
-        raise TrainingError(f"{out}: already holds a training run; pass --resume to continue it or choose another --out")
+        raise TrainingError(
+            f"{out}: already holds a training run; pass --resume to continue it or choose another --out"
+        )
     if args.resume and not checkpoint.exists():
         raise TrainingError(f"{out}: no checkpoint to resume from")
 
@@ -47,11 +49,19 @@ def run(args: argparse.Namespace) -> int:
     with setup:  # bad data found while preparing it, or a checkpoint that does not fit: nothing left behind
         prepared = resolve_prepared(config.data, base_dir=base_dir)
         print(f"data: {prepared}")
-        session = RunSession(config, prepared, out, resume_from=checkpoint if args.resume else None,
-                             metric=config.search.metric, mode=config.search.mode)
+        session = RunSession(
+            config,
+            prepared,
+            out,
+            resume_from=checkpoint if args.resume else None,
+            metric=config.search.metric,
+            mode=config.search.mode,
+        )
     while not session.done:
         print(format_epoch(session.step(), config.train.epochs), flush=True)
     if session.best:
-        print(f"best epoch {int(session.best['epoch'])}: {config.search.metric} {session.best[config.search.metric]:.4f}")
+        print(
+            f"best epoch {int(session.best['epoch'])}: {config.search.metric} {session.best[config.search.metric]:.4f}"
+        )
     print(f"run directory: {out} (metrics.csv, checkpoint/, best/)")
     return 0

@@ -17,7 +17,11 @@ from distmis.cli._common import port_number
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runs", default="runs", help="directory holding mlflow.db (default runs/)")
-    p.add_argument("--tracking-uri", default=None, help="a tracking store URI instead (default: $MLFLOW_TRACKING_URI, else sqlite:///<runs>/mlflow.db)")
+    p.add_argument(
+        "--tracking-uri",
+        default=None,
+        help="a tracking store URI instead (default: $MLFLOW_TRACKING_URI, else sqlite:///<runs>/mlflow.db)",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=port_number, default=5000)
 
@@ -41,16 +45,26 @@ def command(args: argparse.Namespace) -> list[str]:
             raise TrackingError(f"{db}: no tracking store yet; run `distmis tune` first or pass --tracking-uri")
         uri = f"sqlite:///{db.resolve()}"
     mlflow = Path(sys.executable).parent / "mlflow"
-    return [str(mlflow) if mlflow.exists() else "mlflow", "ui", "--backend-store-uri", uri,
-            "--host", args.host, "--port", str(args.port)]
+    return [
+        str(mlflow) if mlflow.exists() else "mlflow",
+        "ui",
+        "--backend-store-uri",
+        uri,
+        "--host",
+        args.host,
+        "--port",
+        str(args.port),
+    ]
 
 
 def run(args: argparse.Namespace) -> int:
     cmd = command(args)
     if not _is_loopback(args.host):
-        print(f"distmis: warning: binding {args.host}: MLflow's UI has no authentication unless its auth app is "
-              "enabled (mlflow ui --app-name basic-auth); anyone who can reach this port can read and change runs",
-              file=sys.stderr)
+        print(
+            f"distmis: warning: binding {args.host}: MLflow's UI has no authentication unless its auth app is "
+            "enabled (mlflow ui --app-name basic-auth); anyone who can reach this port can read and change runs",
+            file=sys.stderr,
+        )
     print(f"distmis: MLflow UI on http://{args.host}:{args.port}  ({cmd[3]})", flush=True)
     os.execv(cmd[0], cmd)
     return 0  # not reached

@@ -24,6 +24,8 @@ def run(args: argparse.Namespace) -> int:
 
         print(describe_space(cfg))
     if facts is not None:
-        print(f"  data: {facts.source}: volumes {list(facts.shape)}, {facts.train} training / {facts.val} validation cases")
+        print(
+            f"  data: {facts.source}: volumes {list(facts.shape)}, {facts.train} training / {facts.val} validation cases"
+        )
     print(f"{args.config}: valid")
     return 0

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-
 from distmis.cli._common import nonnegative_int
 
 

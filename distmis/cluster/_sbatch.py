@@ -29,8 +29,10 @@ _TIME_FORMATS = (
     (re.compile(r"^(\d+):(\d{1,2}):(\d{1,2})$"), lambda m: int(m[1]) * 3600 + int(m[2]) * 60 + int(m[3])),
     (re.compile(r"^(\d+)-(\d+)$"), lambda m: int(m[1]) * 86400 + int(m[2]) * 3600),
     (re.compile(r"^(\d+)-(\d+):(\d{1,2})$"), lambda m: int(m[1]) * 86400 + int(m[2]) * 3600 + int(m[3]) * 60),
-    (re.compile(r"^(\d+)-(\d+):(\d{1,2}):(\d{1,2})$"),
-     lambda m: int(m[1]) * 86400 + int(m[2]) * 3600 + int(m[3]) * 60 + int(m[4])),
+    (
+        re.compile(r"^(\d+)-(\d+):(\d{1,2}):(\d{1,2})$"),
+        lambda m: int(m[1]) * 86400 + int(m[2]) * 3600 + int(m[3]) * 60 + int(m[4]),
+    ),
 )
 
 
@@ -54,15 +56,19 @@ def time_limit_seconds(text: str) -> int | None:
             if total <= 0:
                 raise ClusterError(f"--time {text!r}: the wall time must be longer than 0")
             return total
-    raise ClusterError(f"--time {text!r}: expected SLURM's format: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or "
-                       "D-HH:MM:SS (e.g. 12:00:00)")
+    raise ClusterError(
+        f"--time {text!r}: expected SLURM's format: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or "
+        "D-HH:MM:SS (e.g. 12:00:00)"
+    )
 
 
 def _printable(value: str, option: str) -> None:
     bad = sorted({c for c in value if ord(c) < 32 or ord(c) == 127})
     if bad:
-        raise ClusterError(f"{option}: control characters {[hex(ord(c)) for c in bad]} (a newline in a job script "
-                           "would start a new command)")
+        raise ClusterError(
+            f"{option}: control characters {[hex(ord(c)) for c in bad]} (a newline in a job script "
+            "would start a new command)"
+        )
 
 
 @dataclass(frozen=True)
@@ -97,18 +103,24 @@ class JobOptions:
         if self.partition is not None:
             _printable(self.partition, "--partition")
             if not _PARTITION.match(self.partition):
-                raise ClusterError(f"--partition {self.partition!r}: expected partition names of letters, digits, "
-                                   "'.', '_', '-', separated by commas")
+                raise ClusterError(
+                    f"--partition {self.partition!r}: expected partition names of letters, digits, "
+                    "'.', '_', '-', separated by commas"
+                )
         _printable(self.time, "--time")
         limit = time_limit_seconds(self.time)
         if limit is not None and self.signal_window >= limit:
-            raise ClusterError(f"--signal-window {self.signal_window} s: must be shorter than the wall time "
-                               f"--time {self.time} ({limit} s)")
+            raise ClusterError(
+                f"--signal-window {self.signal_window} s: must be shorter than the wall time "
+                f"--time {self.time} ({limit} s)"
+            )
         _printable(self.job_dir, "--job-dir")
         if not _SBATCH_PATH.match(self.job_dir):
             bad = sorted({c for c in self.job_dir if not _SBATCH_PATH.match(c)})
-            raise ClusterError(f"--job-dir {self.job_dir!r}: characters {bad} are not allowed (its parent directory "
-                               "goes into #SBATCH --output, which no shell quotes); use letters, digits and ._/%+@=,:-")
+            raise ClusterError(
+                f"--job-dir {self.job_dir!r}: characters {bad} are not allowed (its parent directory "
+                "goes into #SBATCH --output, which no shell quotes); use letters, digits and ._/%+@=,:-"
+            )
         if self.venv is not None:
             _printable(self.venv, "--venv")
 
@@ -125,8 +137,10 @@ def check_venv(venv: str) -> Path:
     """The virtual environment the nodes activate: it must exist here (shared filesystem)."""
     path = Path(venv).expanduser()
     if not (path / "bin" / "activate").is_file():
-        raise ClusterError(f"--venv {venv}: no bin/activate there; give the virtual environment the nodes should "
-                           "use, or --no-venv to set the environment up in the script yourself")
+        raise ClusterError(
+            f"--venv {venv}: no bin/activate there; give the virtual environment the nodes should "
+            "use, or --no-venv to set the environment up in the script yourself"
+        )
     return path.absolute()
 
 
@@ -137,13 +151,18 @@ def render_sbatch(command: list[str], options: JobOptions) -> str:
     for i, arg in enumerate(command):
         if "\0" in arg:
             raise ClusterError(f"command argument {i + 1}: contains a NUL byte")
-    activate = (f"source {shlex.quote(str(Path(options.venv) / 'bin' / 'activate'))}" if options.venv
-                else "# (no virtual environment: set up python with distmis here)")
+    activate = (
+        f"source {shlex.quote(str(Path(options.venv) / 'bin' / 'activate'))}"
+        if options.venv
+        else "# (no virtual environment: set up python with distmis here)"
+    )
     return Template(_template()).safe_substitute(
         job_name=options.job_name,
         nodes=options.nodes,
         cpus_per_node=options.cpus_per_node,
-        gpu_line=f"#SBATCH --gpus-per-node={options.gpus_per_node}" if options.gpus_per_node else "# (no GPUs requested)",
+        gpu_line=f"#SBATCH --gpus-per-node={options.gpus_per_node}"
+        if options.gpus_per_node
+        else "# (no GPUs requested)",
         time=options.time,
         partition_line=f"#SBATCH --partition={options.partition}" if options.partition else "# (default partition)",
         log_dir=options.log_dir,

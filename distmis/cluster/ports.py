@@ -29,7 +29,7 @@ import hashlib
 import json
 import os
 import socket
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from distmis.exceptions import ClusterError
@@ -74,8 +74,14 @@ class PortBlock:
 
     def as_dict(self) -> dict[str, int]:
         lo, hi = self.worker_range
-        return {**{name: self.port(name) for name in OFFSETS}, "min_worker": lo, "max_worker": hi,
-                "block_first": self.base, "block_last": self.last, "block_size": self.size}
+        return {
+            **{name: self.port(name) for name in OFFSETS},
+            "min_worker": lo,
+            "max_worker": hi,
+            "block_first": self.base,
+            "block_last": self.last,
+            "block_size": self.size,
+        }
 
 
 def ephemeral_range(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> tuple[int, int]:
@@ -133,8 +139,9 @@ def _claim_alive(path: Path) -> bool:
     return True
 
 
-def claim_block(job: str, node_index: int, claims_dir: Path, *, host: str = "0.0.0.0",
-                ephemeral: tuple[int, int] | None = None) -> tuple[PortBlock, Path]:
+def claim_block(
+    job: str, node_index: int, claims_dir: Path, *, host: str = "0.0.0.0", ephemeral: tuple[int, int] | None = None
+) -> tuple[PortBlock, Path]:
     """Claim a free block for this node: exclusive on the host, bind-checked.
 
     Returns the block and its claim file (remove it with :func:`release_block` when the node's
@@ -168,7 +175,8 @@ def claim_block(job: str, node_index: int, claims_dir: Path, *, host: str = "0.0
         claim.unlink(missing_ok=True)  # used by something that does not claim: try the next
     raise ClusterError(
         f"no free block of {BLOCK_SIZE} ports outside the ephemeral range {ephemeral[0]}-{ephemeral[1]} "
-        f"(looked at {len(bases)} blocks in {LOWEST_PORT}-{ephemeral[0] - 1} and {ephemeral[1] + 1}-{HIGHEST_PORT})")
+        f"(looked at {len(bases)} blocks in {LOWEST_PORT}-{ephemeral[0] - 1} and {ephemeral[1] + 1}-{HIGHEST_PORT})"
+    )
 
 
 def release_block(claim: Path | None) -> None:
@@ -191,8 +199,11 @@ def ray_start_arguments(block: PortBlock, *, head: bool) -> list[str]:
         f"--max-worker-port={hi}",
     ]
     if head:
-        args += [f"--port={block.port('gcs')}", f"--dashboard-port={block.port('dashboard')}",
-                 f"--ray-client-server-port={block.port('client')}"]
+        args += [
+            f"--port={block.port('gcs')}",
+            f"--dashboard-port={block.port('dashboard')}",
+            f"--ray-client-server-port={block.port('client')}",
+        ]
     return args
 
 

@@ -27,8 +27,9 @@ def group_alive(pgid: int) -> bool:
     return False
 
 
-def stop_process_group(proc: subprocess.Popen, *, grace: float = 20.0, kill_wait: float = 10.0,
-                       graceful: bool = True) -> None:
+def stop_process_group(
+    proc: subprocess.Popen, *, grace: float = 20.0, kill_wait: float = 10.0, graceful: bool = True
+) -> None:
     """SIGTERM the group of ``proc`` (started with ``start_new_session``), SIGKILL after ``grace`` s.
 
     ``graceful=False`` sends SIGKILL at once (when the caller itself is about to be killed).

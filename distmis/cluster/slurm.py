@@ -80,7 +80,7 @@ def node_address(nodename: str, interface: str | None = None) -> str:
         except ValueError:
             nodename = match.group(1)
     infos = socket.getaddrinfo(nodename, None, socket.AF_INET)
-    return infos[0][4][0]
+    return str(infos[0][4][0])
 
 
 def node_resources(env: dict[str, str] | None = None) -> tuple[int, int]:
@@ -111,8 +111,15 @@ def ray_bin() -> str:
 
 
 def healthy(address: str, env: dict[str, str]) -> bool:
-    return subprocess.run([ray_bin(), "health-check", "--address", address], env=env,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
+    return (
+        subprocess.run(
+            [ray_bin(), "health-check", "--address", address],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        ).returncode
+        == 0
+    )
 
 
 # Runs in a child process (the bootstrap itself never becomes a Ray driver): polls the
@@ -157,7 +164,9 @@ class Bootstrap:
         self.job = os.environ.get("SLURM_JOB_ID", "local")
         self.restart = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
         self.nodename = os.environ.get("SLURMD_NODENAME", socket.gethostname())
-        self.nodes = hostnames(os.environ["SLURM_JOB_NODELIST"]) if os.environ.get("SLURM_JOB_NODELIST") else [self.nodename]
+        self.nodes = (
+            hostnames(os.environ["SLURM_JOB_NODELIST"]) if os.environ.get("SLURM_JOB_NODELIST") else [self.nodename]
+        )
         self.index = self.nodes.index(self.nodename)
         self.is_head = self.index == 0
         self.job_dir = Path(args.job_dir or f"runs/slurm-{self.job}").resolve()
@@ -196,15 +205,32 @@ class Bootstrap:
     def _start_ray(self, args: list[str]) -> None:
         self.temp_dir.mkdir(parents=True, exist_ok=True)
         logf = open(self.job_dir / f"ray-{self.nodename}.log", "a")
-        cmd = [ray_bin(), "start", "--block", f"--node-ip-address={self.ip}", f"--num-cpus={self.cpus}",
-               f"--num-gpus={self.gpus}", f"--temp-dir={self.temp_dir}", "--disable-usage-stats", *args]
+        cmd = [
+            ray_bin(),
+            "start",
+            "--block",
+            f"--node-ip-address={self.ip}",
+            f"--num-cpus={self.cpus}",
+            f"--num-gpus={self.gpus}",
+            f"--temp-dir={self.temp_dir}",
+            "--disable-usage-stats",
+            *args,
+        ]
         log(f"starting Ray: {' '.join(cmd)}")
-        self.ray_proc = subprocess.Popen(cmd, env=self.env, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+        self.ray_proc = subprocess.Popen(
+            cmd, env=self.env, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
     def _node_record(self) -> dict[str, Any]:
         assert self.block is not None
-        return {"node": self.nodename, "ip": self.ip, "cpus": self.cpus, "gpus": self.gpus, "restart": self.restart,
-                "ports": self.block.as_dict()}
+        return {
+            "node": self.nodename,
+            "ip": self.ip,
+            "cpus": self.cpus,
+            "gpus": self.gpus,
+            "restart": self.restart,
+            "ports": self.block.as_dict(),
+        }
 
     def request_stop(self) -> None:
         """Forward the wall-time warning to the command (once): it checkpoints and exits."""
@@ -234,27 +260,43 @@ class Bootstrap:
         self._start_ray(["--head", "--dashboard-host=127.0.0.1", *ray_start_arguments(block, head=True)])
         address = f"{self.ip}:{block.port('gcs')}"
         try:
-            wait_until(lambda: self.ray_proc is not None and self.ray_proc.poll() is None and healthy(address, self.env),
-                       f"the Ray head on {self.nodename} at {address} to be healthy "
-                       f"(log: {self.job_dir / f'ray-{self.nodename}.log'})", self.timeout)
+            wait_until(
+                lambda: self.ray_proc is not None and self.ray_proc.poll() is None and healthy(address, self.env),
+                f"the Ray head on {self.nodename} at {address} to be healthy "
+                f"(log: {self.job_dir / f'ray-{self.nodename}.log'})",
+                self.timeout,
+            )
         except ClusterError:
             if self.ray_proc is not None and self.ray_proc.poll() is not None:
-                raise ClusterError(f"Ray head on {self.nodename} exited with {self.ray_proc.returncode}; see "
-                                   f"{self.job_dir / f'ray-{self.nodename}.log'}") from None
+                raise ClusterError(
+                    f"Ray head on {self.nodename} exited with {self.ray_proc.returncode}; see "
+                    f"{self.job_dir / f'ray-{self.nodename}.log'}"
+                ) from None
             raise
-        write_json_atomic(self.job_dir / PORTS_FILE, {"job": self.job, "restart": self.restart, "head": self.nodename,
-                                                      "head_ip": self.ip, **block.as_dict()})
+        write_json_atomic(
+            self.job_dir / PORTS_FILE,
+            {"job": self.job, "restart": self.restart, "head": self.nodename, "head_ip": self.ip, **block.as_dict()},
+        )
         self._wait_for_every_node(address)
         ports = block.as_dict()
         info = {
-            "job_id": self.job, "restart": self.restart, "nodes": self.nodes, "head_node": self.nodename,
-            "head_ip": self.ip, "ray_address": address,
+            "job_id": self.job,
+            "restart": self.restart,
+            "nodes": self.nodes,
+            "head_node": self.nodename,
+            "head_ip": self.ip,
+            "ray_address": address,
             "dashboard_url": f"http://127.0.0.1:{ports['dashboard']} (on {self.nodename})",
-            "dashboard_port": ports["dashboard"], "token_path": str(self.job_dir / TOKEN_FILE), "ports": ports,
-            "cpus_per_node": self.cpus, "gpus_per_node": self.gpus,
+            "dashboard_port": ports["dashboard"],
+            "token_path": str(self.job_dir / TOKEN_FILE),
+            "ports": ports,
+            "cpus_per_node": self.cpus,
+            "gpus_per_node": self.gpus,
             "tunnel": f"ssh -N -L 8265:127.0.0.1:{ports['dashboard']} {self.nodename}",
-            "submit": (f"RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH={self.job_dir / TOKEN_FILE} "
-                       "ray job submit --address http://127.0.0.1:8265 -- distmis tune my_space.yaml"),
+            "submit": (
+                f"RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH={self.job_dir / TOKEN_FILE} "
+                "ray job submit --address http://127.0.0.1:8265 -- distmis tune my_space.yaml"
+            ),
         }
         write_json_atomic(self.job_dir / CLUSTER_FILE, info)
         log(f"Ray cluster up: {len(self.nodes)} nodes, {address}; see {self.job_dir / CLUSTER_FILE}")
@@ -271,11 +313,26 @@ class Bootstrap:
 
     def _wait_for_every_node(self, address: str) -> None:
         """Bounded wait until every node is alive in Ray with the CPUs and GPUs SLURM gave it."""
-        expected = {"head": {"node": self.nodename, "ip": self.ip, "cpus": self.cpus, "gpus": self.gpus},
-                    "workers": self.nodes[1:]}
-        out = subprocess.run([sys.executable, "-c", _READINESS, address, str(self.job_dir / NODES_DIR),
-                              json.dumps(expected), str(self.timeout), str(self.restart)],
-                             env=self.env, capture_output=True, text=True, timeout=self.timeout + 120)
+        expected = {
+            "head": {"node": self.nodename, "ip": self.ip, "cpus": self.cpus, "gpus": self.gpus},
+            "workers": self.nodes[1:],
+        }
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                _READINESS,
+                address,
+                str(self.job_dir / NODES_DIR),
+                json.dumps(expected),
+                str(self.timeout),
+                str(self.restart),
+            ],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=self.timeout + 120,
+        )
         try:
             state = json.loads(out.stdout.strip().splitlines()[-1])
         except (IndexError, ValueError):
@@ -284,15 +341,18 @@ class Bootstrap:
             return
         problems = []
         if state["missing_registrations"]:
-            problems.append(f"never started: {state['missing_registrations']} (check their srun output and "
-                            f"{self.job_dir / NODES_DIR})")
+            problems.append(
+                f"never started: {state['missing_registrations']} (check their srun output and "
+                f"{self.job_dir / NODES_DIR})"
+            )
         if state["not_alive"]:
             problems.append(f"registered but not alive in Ray: {state['not_alive']}")
         if state["short"]:
             problems.append(f"missing resources: {state['short']}")
         raise ClusterError(
             f"timed out after {self.timeout:.0f} s waiting for all {len(self.nodes)} nodes to join the Ray head "
-            f"{self.nodename} at {address} with their CPUs and GPUs; alive: {state['alive']}; " + "; ".join(problems))
+            f"{self.nodename} at {address} with their CPUs and GPUs; alive: {state['alive']}; " + "; ".join(problems)
+        )
 
     # -- worker
     def run_worker(self) -> int:
@@ -317,8 +377,10 @@ class Bootstrap:
         last_ok = time.monotonic()
         while not self._done():
             if self.ray_proc is not None and self.ray_proc.poll() is not None:
-                raise ClusterError(f"Ray on {self.nodename} exited with {self.ray_proc.returncode}; see "
-                                   f"{self.job_dir / f'ray-{self.nodename}.log'}")
+                raise ClusterError(
+                    f"Ray on {self.nodename} exited with {self.ray_proc.returncode}; see "
+                    f"{self.job_dir / f'ray-{self.nodename}.log'}"
+                )
             if healthy(address, self.env):
                 last_ok = time.monotonic()
             elif time.monotonic() - last_ok > 60:
@@ -338,10 +400,19 @@ class Bootstrap:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m distmis.cluster.slurm", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--job-dir", default=None, help="shared directory for ports, token, cluster.json (default runs/slurm-$SLURM_JOB_ID)")
-    ap.add_argument("--interface", default=None, help="network interface whose IPv4 address Ray uses (default: SLURM's NodeAddr)")
+    ap = argparse.ArgumentParser(
+        prog="python -m distmis.cluster.slurm",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument(
+        "--job-dir",
+        default=None,
+        help="shared directory for ports, token, cluster.json (default runs/slurm-$SLURM_JOB_ID)",
+    )
+    ap.add_argument(
+        "--interface", default=None, help="network interface whose IPv4 address Ray uses (default: SLURM's NodeAddr)"
+    )
     ap.add_argument("--timeout", type=float, default=300, help="bound of every wait in seconds (default 300)")
     ap.add_argument("--temp-root", default="/tmp", help="node-local root of Ray's short temp dir")
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -122,9 +122,13 @@ def startup_figures(mode: ModeRecord) -> dict[str, Any]:
             slots.setdefault(t.slot, t.group_startup)
     warm = [t.overhead for t in mode.trials if t.warm and t.overhead is not None]
     cold = [t.overhead for t in mode.trials if t.warm is False and t.overhead is not None]
-    return {"slot_processes": len(slots), "cold_startup_seconds": _mean(list(slots.values())),
-            "warm_trials": sum(1 for t in mode.trials if t.warm), "trial_overhead_seconds": _mean(warm),
-            "first_trial_overhead_seconds": _mean(cold)}
+    return {
+        "slot_processes": len(slots),
+        "cold_startup_seconds": _mean(list(slots.values())),
+        "warm_trials": sum(1 for t in mode.trials if t.warm),
+        "trial_overhead_seconds": _mean(warm),
+        "first_trial_overhead_seconds": _mean(cold),
+    }
 
 
 def held_resources(mode: ModeRecord, slots: int) -> tuple[float, float]:
@@ -132,7 +136,9 @@ def held_resources(mode: ModeRecord, slots: int) -> tuple[float, float]:
     return slots * mode.cpus_per_worker, slots * mode.gpus_per_worker
 
 
-def analyse(modes: dict[str, ModeRecord], *, slots: int, target: float | None = None) -> tuple[float | None, list[ModeStats]]:
+def analyse(
+    modes: dict[str, ModeRecord], *, slots: int, target: float | None = None
+) -> tuple[float | None, list[ModeStats]]:
     """(target used, one ``ModeStats`` per mode, the baseline first)."""
     target = choose_target(modes, target)
     base = modes.get(BASELINE)
@@ -159,25 +165,44 @@ def analyse(modes: dict[str, ModeRecord], *, slots: int, target: float | None = 
             phase_speedup = rate * samples / phase
         cpus, gpus = held_resources(mode, k)
         to_target = time_to_target(mode, target)
-        stats.append(ModeStats(
-            mode=name, slots=k, workers_per_trial=mode.workers_per_trial,
-            concurrent_trials=mode.concurrent_trials, max_concurrent_observed=mode.max_concurrent_observed,
-            global_batch=mode.global_batch, lr_scaling=mode.lr_scaling, scaling=mode.scaling,
-            wall_seconds=mode.wall_seconds, trial_phase_seconds=phase, sequential_estimate_seconds=seq,
-            speedup=speedup, efficiency=eff, trial_phase_speedup=phase_speedup, trials=len(mode.trials),
-            finished=finished, stopped_early=stopped, failed=failed,
-            trials_per_hour=len(mode.trials) / mode.wall_seconds * 3600 if mode.wall_seconds > 0 else 0.0,
-            samples=samples, samples_per_second=samples / phase, best_value=_best(mode),
-            time_to_target_seconds=to_target, **startup_figures(mode),
-            cpu_seconds=cpus * mode.wall_seconds, gpu_seconds=gpus * mode.wall_seconds,
-            cpu_seconds_to_target=None if to_target is None else cpus * to_target,
-            gpu_seconds_to_target=None if to_target is None else gpus * to_target,
-        ))
+        stats.append(
+            ModeStats(
+                mode=name,
+                slots=k,
+                workers_per_trial=mode.workers_per_trial,
+                concurrent_trials=mode.concurrent_trials,
+                max_concurrent_observed=mode.max_concurrent_observed,
+                global_batch=mode.global_batch,
+                lr_scaling=mode.lr_scaling,
+                scaling=mode.scaling,
+                wall_seconds=mode.wall_seconds,
+                trial_phase_seconds=phase,
+                sequential_estimate_seconds=seq,
+                speedup=speedup,
+                efficiency=eff,
+                trial_phase_speedup=phase_speedup,
+                trials=len(mode.trials),
+                finished=finished,
+                stopped_early=stopped,
+                failed=failed,
+                trials_per_hour=len(mode.trials) / mode.wall_seconds * 3600 if mode.wall_seconds > 0 else 0.0,
+                samples=samples,
+                samples_per_second=samples / phase,
+                best_value=_best(mode),
+                time_to_target_seconds=to_target,
+                **startup_figures(mode),
+                cpu_seconds=cpus * mode.wall_seconds,
+                gpu_seconds=gpus * mode.wall_seconds,
+                cpu_seconds_to_target=None if to_target is None else cpus * to_target,
+                gpu_seconds_to_target=None if to_target is None else gpus * to_target,
+            )
+        )
     return target, stats
 
 
 def config_key(params: dict[str, Any]) -> tuple:
     """A comparable form of one configuration (values from YAML, CSV or MLflow strings)."""
+
     def norm(v: Any) -> Any:
         if isinstance(v, bool) or str(v) in ("True", "False", "true", "false"):
             return str(v).lower()

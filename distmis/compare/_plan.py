@@ -82,8 +82,13 @@ def fixed_points(config: ExperimentConfig, budget: int) -> list[dict[str, Any]]:
 
 
 def plan_modes(
-    modes: list[str], *, workers: int, points: list[dict[str, Any]], hybrid_workers: int | None,
-    baseline_trials: int, lr_scaling: str = "none",
+    modes: list[str],
+    *,
+    workers: int,
+    points: list[dict[str, Any]],
+    hybrid_workers: int | None,
+    baseline_trials: int,
+    lr_scaling: str = "none",
 ) -> list[ModePlan]:
     """One plan per requested mode, plus the sequential baseline first (unless ``baseline_trials`` is 0).
 
@@ -118,16 +123,26 @@ def plan_modes(
                 )
             plans.append(ModePlan(mode, n, workers // n, pts))
     if lr_scaling == "linear":
-        plans += [ModePlan(f"{p.name}-lr", p.workers_per_trial, p.concurrent_trials, p.points, "linear")
-                  for p in list(plans) if p.workers_per_trial > 1]
+        plans += [
+            ModePlan(f"{p.name}-lr", p.workers_per_trial, p.concurrent_trials, p.points, "linear")
+            for p in list(plans)
+            if p.workers_per_trial > 1
+        ]
     elif lr_scaling != "none":
         raise ConfigError(f"--lr-scaling {lr_scaling!r}: expected none or linear")
     return plans
 
 
 def mode_config(
-    base: ExperimentConfig, plan: ModePlan, *, cpus_per_worker: float, gpus_per_worker: float,
-    tracking_uri: str, experiment: str, parent_run_id: str | None, base_dir: Path,
+    base: ExperimentConfig,
+    plan: ModePlan,
+    *,
+    cpus_per_worker: float,
+    gpus_per_worker: float,
+    tracking_uri: str,
+    experiment: str,
+    parent_run_id: str | None,
+    base_dir: Path,
 ) -> dict[str, Any]:
     """The search-space file of one mode: the user's file with the points, parallelism and tracking set."""
     data = base.to_yaml_dict()
@@ -137,12 +152,20 @@ def mode_config(
     if data["data"].get("cache_dir") and not Path(data["data"]["cache_dir"]).expanduser().is_absolute():
         data["data"]["cache_dir"] = str((base_dir / data["data"]["cache_dir"]).resolve())
     data["name"] = f"{base.name}-{plan.name}"
-    data["search"].update(algorithm="points", points=[dict(p) for p in plan.points], num_samples=len(plan.points),
-                          max_concurrent_trials=plan.concurrent_trials)
+    data["search"].update(
+        algorithm="points",
+        points=[dict(p) for p in plan.points],
+        num_samples=len(plan.points),
+        max_concurrent_trials=plan.concurrent_trials,
+    )
     if plan.lr_scaling is not None:
         data["train"]["lr_scaling"] = plan.lr_scaling
-    data["parallelism"] = {"mode": plan.parallelism_mode, "workers_per_trial": plan.workers_per_trial,
-                           "cpus_per_worker": cpus_per_worker, "gpus_per_worker": gpus_per_worker}
+    data["parallelism"] = {
+        "mode": plan.parallelism_mode,
+        "workers_per_trial": plan.workers_per_trial,
+        "cpus_per_worker": cpus_per_worker,
+        "gpus_per_worker": gpus_per_worker,
+    }
     # an address with credentials is not written to disk: the mode's process gets it from its environment
     from distmis.tracking import redact_uri
 

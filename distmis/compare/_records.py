@@ -102,24 +102,36 @@ def load_mode_dir(name: str, search_dir: Path) -> ModeRecord:
     metric = summary["metric"]
     trials = [
         TrialRecord(
-            trial_id=t["trial_id"], params=t["params"], status=t["status"], stopped_early=bool(t["stopped_early"]),
-            started=t.get("started_at"), finished=t.get("finished_at"),
+            trial_id=t["trial_id"],
+            params=t["params"],
+            status=t["status"],
+            stopped_early=bool(t["stopped_early"]),
+            started=t.get("started_at"),
+            finished=t.get("finished_at"),
             # only the epochs the search saw: a data-parallel trial's workers may finish the epoch in
             # flight after the scheduler stopped the trial; Tune (and MLflow) never get that result
             epochs=_epochs_from_csv(search_dir / "trials" / t["trial_id"] / "metrics.csv", metric)[: int(t["epochs"])],
-            group_startup=_float(t.get("group_startup_seconds")), warm=t.get("warm"),
-            overhead=_float(t.get("overhead_seconds")), slot=None if t.get("pid") is None else str(t["pid"]),
+            group_startup=_float(t.get("group_startup_seconds")),
+            warm=t.get("warm"),
+            overhead=_float(t.get("overhead_seconds")),
+            slot=None if t.get("pid") is None else str(t["pid"]),
         )
         for t in summary.get("trials_detail", [])
     ]
     return ModeRecord(
-        name=name, workers_per_trial=int(par.get("workers_per_trial", 1)),
+        name=name,
+        workers_per_trial=int(par.get("workers_per_trial", 1)),
         concurrent_trials=int(config.get("search", {}).get("max_concurrent_trials") or 1),
-        cpus_per_worker=float(par.get("cpus_per_worker", 1)), gpus_per_worker=float(par.get("gpus_per_worker", 0)),
-        started_at=float(summary.get("started_at") or 0.0), wall_seconds=float(summary["wall_seconds"]),
-        metric=metric, batch_size_per_replica=int(train.get("batch_size_per_replica", 2)),
-        lr_scaling=str(train.get("lr_scaling", "none")), steps_per_epoch=train.get("steps_per_epoch"),
-        max_concurrent_observed=int(summary.get("max_concurrent_observed", 0)), trials=trials,
+        cpus_per_worker=float(par.get("cpus_per_worker", 1)),
+        gpus_per_worker=float(par.get("gpus_per_worker", 0)),
+        started_at=float(summary.get("started_at") or 0.0),
+        wall_seconds=float(summary["wall_seconds"]),
+        metric=metric,
+        batch_size_per_replica=int(train.get("batch_size_per_replica", 2)),
+        lr_scaling=str(train.get("lr_scaling", "none")),
+        steps_per_epoch=train.get("steps_per_epoch"),
+        max_concurrent_observed=int(summary.get("max_concurrent_observed", 0)),
+        trials=trials,
     )
 
 
@@ -134,8 +146,13 @@ def find_compare_run(client: Any, experiment: str | None = None, run_id: str | N
         ids = [exp.experiment_id] if exp else []
     else:
         ids = [e.experiment_id for e in client.search_experiments()]
-    runs = client.search_runs(ids, "tags.`distmis.kind` = 'compare'", order_by=["attributes.start_time DESC"],
-                              max_results=1) if ids else []
+    runs = (
+        client.search_runs(
+            ids, "tags.`distmis.kind` = 'compare'", order_by=["attributes.start_time DESC"], max_results=1
+        )
+        if ids
+        else []
+    )
     if not runs:
         raise LookupError(f"no distmis comparison run in MLflow ({experiment or 'any experiment'})")
     return runs[0]
@@ -167,8 +184,10 @@ def load_modes_from_mlflow(client: Any, compare_run_id: str) -> dict[str, ModeRe
             values = _history(client, child.info.run_id, p.get("search.metric", "val_dice"))
             sps = _history(client, child.info.run_id, "samples_per_second")
             secs = _history(client, child.info.run_id, "train_seconds")
-            epochs = [EpochPoint(t, v, sps.get(step, (0, 0))[1] * secs.get(step, (0, 0))[1])
-                      for step, (t, v) in sorted(values.items())]
+            epochs = [
+                EpochPoint(t, v, sps.get(step, (0, 0))[1] * secs.get(step, (0, 0))[1])
+                for step, (t, v) in sorted(values.items())
+            ]
             searched = [s.strip() for s in tags.get("distmis.searched", "").split(",") if s.strip()]
             params = {}
             for s in searched:
@@ -176,22 +195,31 @@ def load_modes_from_mlflow(client: Any, compare_run_id: str) -> dict[str, ModeRe
                     params[s] = child.data.params.get(resolve_param_name(s))
                 except ValueError:  # not a configuration field (runs logged by older versions)
                     continue
-            trials.append(TrialRecord(
-                trial_id=tags["distmis.trial_id"], params=params, status=tags.get("distmis.status", "?"),
-                stopped_early=tags.get("distmis.stopped_early") == "true",
-                started=_float(tags.get("distmis.started_at")), finished=_float(tags.get("distmis.finished_at")),
-                epochs=epochs, group_startup=_float(tags.get("distmis.group_startup_seconds")),
-                warm=None if "distmis.warm" not in tags else tags["distmis.warm"] == "true",
-                overhead=_float(tags.get("distmis.overhead_seconds")), slot=tags.get("distmis.slot"),
-            ))
+            trials.append(
+                TrialRecord(
+                    trial_id=tags["distmis.trial_id"],
+                    params=params,
+                    status=tags.get("distmis.status", "?"),
+                    stopped_early=tags.get("distmis.stopped_early") == "true",
+                    started=_float(tags.get("distmis.started_at")),
+                    finished=_float(tags.get("distmis.finished_at")),
+                    epochs=epochs,
+                    group_startup=_float(tags.get("distmis.group_startup_seconds")),
+                    warm=None if "distmis.warm" not in tags else tags["distmis.warm"] == "true",
+                    overhead=_float(tags.get("distmis.overhead_seconds")),
+                    slot=tags.get("distmis.slot"),
+                )
+            )
         steps = first_params.get("train.steps_per_epoch")
         modes[name] = ModeRecord(
-            name=name, workers_per_trial=int(p.get("parallelism.workers_per_trial", 1)),
+            name=name,
+            workers_per_trial=int(p.get("parallelism.workers_per_trial", 1)),
             concurrent_trials=int(_float(p.get("search.max_concurrent_trials")) or 1),
             cpus_per_worker=float(p.get("parallelism.cpus_per_worker", 1)),
             gpus_per_worker=float(p.get("parallelism.gpus_per_worker", 0)),
             started_at=float(m.get("started_at", run.info.start_time / 1000.0)),
-            wall_seconds=float(m.get("wall_seconds", 0.0)), metric=p.get("search.metric", "val_dice"),
+            wall_seconds=float(m.get("wall_seconds", 0.0)),
+            metric=p.get("search.metric", "val_dice"),
             batch_size_per_replica=int(first_params.get("train.batch_size_per_replica", 2)),
             lr_scaling=first_params.get("train.lr_scaling", "none"),
             steps_per_epoch=None if steps in (None, "None") else int(steps),

@@ -11,8 +11,14 @@ from typing import Any
 from distmis.compare._analysis import BASELINE, ModeStats, best_so_far, config_key, trial_phase
 from distmis.compare._records import ModeRecord
 
-COLORS = {"baseline": "#7f7f7f", "experiment": "#1f77b4", "data": "#d62728", "hybrid": "#2ca02c",
-          "data-lr": "#ff9896", "hybrid-lr": "#98df8a"}
+COLORS = {
+    "baseline": "#7f7f7f",
+    "experiment": "#1f77b4",
+    "data": "#d62728",
+    "hybrid": "#2ca02c",
+    "data-lr": "#ff9896",
+    "hybrid-lr": "#98df8a",
+}
 
 
 def _plt():  # noqa: ANN202
@@ -43,9 +49,15 @@ def plot_best_so_far(modes: dict[str, ModeRecord], target: float | None, path: P
         curve = best_so_far(mode)
         if curve:
             xs, ys = zip(*curve, strict=True)
-            ax.step(xs, ys, where="post", label=f"{name} (best {ys[-1]:.3f}, wall {mode.wall_seconds:.0f} s)",
-                    color=COLORS.get(name), linewidth=2 if name != BASELINE else 1.2,
-                    linestyle="--" if name == BASELINE else "-")
+            ax.step(
+                xs,
+                ys,
+                where="post",
+                label=f"{name} (best {ys[-1]:.3f}, wall {mode.wall_seconds:.0f} s)",
+                color=COLORS.get(name),
+                linewidth=2 if name != BASELINE else 1.2,
+                linestyle="--" if name == BASELINE else "-",
+            )
     if target is not None:
         ax.axhline(target, color="black", linewidth=0.8, linestyle=":", label=f"target {target:.3f}")
     ax.set_xlabel("wall time since the mode started (s)")
@@ -66,13 +78,19 @@ def plot_speedup(stats: list[ModeStats], path: Path) -> Path:
     for s in modes:
         if s.speedup is None:
             continue
-        ax.scatter([s.workers_per_trial], [s.speedup], s=60, color=COLORS.get(s.mode), zorder=3,
-                   label=f"{s.mode}: {s.speedup:.2f}x (eff. {s.efficiency:.2f})")
+        ax.scatter(
+            [s.workers_per_trial],
+            [s.speedup],
+            s=60,
+            color=COLORS.get(s.mode),
+            zorder=3,
+            label=f"{s.mode}: {s.speedup:.2f}x (eff. {s.efficiency:.2f})",
+        )
         ax.scatter([s.workers_per_trial], [s.trial_phase_speedup], s=40, marker="x", color=COLORS.get(s.mode), zorder=3)
     ax.axhline(k, color="black", linestyle=":", linewidth=0.8, label=f"ideal: {k} slots")
     ax.axhline(1, color="grey", linewidth=0.6)
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("workers per trial (k = %d slots in every mode)" % k)
+    ax.set_xlabel(f"workers per trial (k = {k} slots in every mode)")
     ax.set_ylabel("speed-up vs sequential 1 worker")
     ax.set_title("Speed-up (o end to end, x trial phase)", fontsize=10)
     ax.legend(fontsize=7)
@@ -80,8 +98,13 @@ def plot_speedup(stats: list[ModeStats], path: Path) -> Path:
     names = [s.mode for s in stats]
     ax2.bar(names, [s.best_value or 0 for s in stats], color=[COLORS.get(n, "grey") for n in names])
     for i, s in enumerate(stats):
-        ax2.text(i, (s.best_value or 0) + 0.01, f"{s.best_value:.3f}" if s.best_value is not None else "-", ha="center",
-                 fontsize=8)
+        ax2.text(
+            i,
+            (s.best_value or 0) + 0.01,
+            f"{s.best_value:.3f}" if s.best_value is not None else "-",
+            ha="center",
+            fontsize=8,
+        )
     ax2.set_ylim(0, 1.08)
     ax2.set_title("Best validation metric reached", fontsize=10)
     fig.tight_layout()
@@ -110,22 +133,40 @@ def plot_timeline(modes: dict[str, ModeRecord], points: list[dict[str, Any]], sl
     plt = _plt()
     cmap = plt.get_cmap("tab20")
     index = {config_key(p): i for i, p in enumerate(points)}
-    fig, axes = plt.subplots(len(modes), 1, figsize=(9, 1.2 + 1.0 * sum(max(m.workers_per_trial * m.concurrent_trials, 1)
-                                                                      for m in modes.values()) * 0.45 + len(modes) * 0.6),
-                             squeeze=False, sharex=True)
+    fig, axes = plt.subplots(
+        len(modes),
+        1,
+        figsize=(
+            9,
+            1.2
+            + 1.0 * sum(max(m.workers_per_trial * m.concurrent_trials, 1) for m in modes.values()) * 0.45
+            + len(modes) * 0.6,
+        ),
+        squeeze=False,
+        sharex=True,
+    )
     x_max = max((max(m.wall_seconds, trial_phase(m)[1] - m.started_at) for m in modes.values()), default=1.0) * 1.02
     for ax, (name, mode) in zip(axes[:, 0], modes.items(), strict=True):
-        trials = sorted((t for t in mode.trials if t.started is not None and t.finished is not None),
-                        key=lambda t: t.started)
+        spans = sorted(
+            ((t.started, t.finished, t) for t in mode.trials if t.started is not None and t.finished is not None),
+            key=lambda span: (span[0], span[1]),
+        )
         width = mode.workers_per_trial
-        lanes = _assign_slots([(t.started, t.finished, width) for t in trials], 1 if name == BASELINE else slots)
-        for t, lane in zip(trials, lanes, strict=True):
+        lanes = _assign_slots([(s, f, width) for s, f, _ in spans], 1 if name == BASELINE else slots)
+        for (started, finished, t), lane in zip(spans, lanes, strict=True):
             i = index.get(config_key(t.params), -1)
             for slot in lane:
-                ax.barh(slot, t.finished - t.started, left=t.started - mode.started_at, height=0.8,
-                        color=cmap(i % 20) if i >= 0 else "grey", edgecolor="black", linewidth=0.4,
-                        hatch="//" if t.stopped_early else None)
-                ax.text(t.started - mode.started_at + 0.2, slot, f"c{i}", va="center", fontsize=7)
+                ax.barh(
+                    slot,
+                    finished - started,
+                    left=started - mode.started_at,
+                    height=0.8,
+                    color=cmap(i % 20) if i >= 0 else "grey",
+                    edgecolor="black",
+                    linewidth=0.4,
+                    hatch="//" if t.stopped_early else None,
+                )
+                ax.text(started - mode.started_at + 0.2, slot, f"c{i}", va="center", fontsize=7)
         start, end = trial_phase(mode)
         ax.axvline(start - mode.started_at, color="grey", linewidth=0.6)
         ax.axvline(end - mode.started_at, color="grey", linewidth=0.6)
@@ -141,8 +182,14 @@ def plot_timeline(modes: dict[str, ModeRecord], points: list[dict[str, Any]], sl
     return _save(fig, path)
 
 
-def make_plots(modes: dict[str, ModeRecord], stats: list[ModeStats], target: float | None,
-               points: list[dict[str, Any]], slots: int, directory: Path) -> list[Path]:
+def make_plots(
+    modes: dict[str, ModeRecord],
+    stats: list[ModeStats],
+    target: float | None,
+    points: list[dict[str, Any]],
+    slots: int,
+    directory: Path,
+) -> list[Path]:
     return [
         plot_best_so_far(modes, target, directory / "best_so_far.png"),
         plot_speedup(stats, directory / "speedup.png"),
@@ -155,42 +202,86 @@ def _fmt(v: float | None, spec: str = ".2f", suffix: str = "") -> str:
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:{spec}}{suffix}"
 
 
-COLUMNS = ("mode", "trials x workers", "global batch", "lr scaling", "wall s", "speed-up", "efficiency",
-           "trial-phase speed-up", "trials/h", "samples/s", "time to target s", "best",
-           "finished / stopped / failed", "max concurrent seen", "cold start-up s per slot (slots)",
-           "per-trial overhead s, warm (cold)", "CPU-s held", "CPU-s to target", "GPU-s held")
+COLUMNS = (
+    "mode",
+    "trials x workers",
+    "global batch",
+    "lr scaling",
+    "wall s",
+    "speed-up",
+    "efficiency",
+    "trial-phase speed-up",
+    "trials/h",
+    "samples/s",
+    "time to target s",
+    "best",
+    "finished / stopped / failed",
+    "max concurrent seen",
+    "cold start-up s per slot (slots)",
+    "per-trial overhead s, warm (cold)",
+    "CPU-s held",
+    "CPU-s to target",
+    "GPU-s held",
+)
 
 
 def table_rows(stats: list[ModeStats]) -> list[list[str]]:
     rows = []
     for s in stats:
-        rows.append([
-            s.mode, f"{s.concurrent_trials} x {s.workers_per_trial}", str(s.global_batch), s.lr_scaling,
-            _fmt(s.wall_seconds, ".1f"),
-            _fmt(s.speedup, ".2f", "x"), _fmt(s.efficiency, ".2f"), _fmt(s.trial_phase_speedup, ".2f", "x"),
-            _fmt(s.trials_per_hour, ".0f"), _fmt(s.samples_per_second, ".1f"),
-            _fmt(s.time_to_target_seconds, ".1f") if s.time_to_target_seconds is not None else "not reached",
-            _fmt(s.best_value, ".4f"), f"{s.finished} / {s.stopped_early} / {s.failed}", str(s.max_concurrent_observed),
-            f"{_fmt(s.cold_startup_seconds, '.1f')} ({s.slot_processes})",
-            f"{_fmt(s.trial_overhead_seconds, '.2f')} ({_fmt(s.first_trial_overhead_seconds, '.2f')})",
-            _fmt(s.cpu_seconds, ".0f"), _fmt(s.cpu_seconds_to_target, ".0f"), _fmt(s.gpu_seconds, ".0f"),
-        ])
+        rows.append(
+            [
+                s.mode,
+                f"{s.concurrent_trials} x {s.workers_per_trial}",
+                str(s.global_batch),
+                s.lr_scaling,
+                _fmt(s.wall_seconds, ".1f"),
+                _fmt(s.speedup, ".2f", "x"),
+                _fmt(s.efficiency, ".2f"),
+                _fmt(s.trial_phase_speedup, ".2f", "x"),
+                _fmt(s.trials_per_hour, ".0f"),
+                _fmt(s.samples_per_second, ".1f"),
+                _fmt(s.time_to_target_seconds, ".1f") if s.time_to_target_seconds is not None else "not reached",
+                _fmt(s.best_value, ".4f"),
+                f"{s.finished} / {s.stopped_early} / {s.failed}",
+                str(s.max_concurrent_observed),
+                f"{_fmt(s.cold_startup_seconds, '.1f')} ({s.slot_processes})",
+                f"{_fmt(s.trial_overhead_seconds, '.2f')} ({_fmt(s.first_trial_overhead_seconds, '.2f')})",
+                _fmt(s.cpu_seconds, ".0f"),
+                _fmt(s.cpu_seconds_to_target, ".0f"),
+                _fmt(s.gpu_seconds, ".0f"),
+            ]
+        )
     return rows
 
 
 def headline(s: ModeStats, metric: str, target: float | None) -> str:
     """One sentence per mode: every speed figure next to the accuracy reached."""
-    speed = (f"{s.speedup:.2f}x the sequential baseline (efficiency {s.efficiency:.2f} on {s.slots} slots)"
-             if s.speedup is not None else "no baseline to compare with")
-    reach = (f"reached {metric} {target:.3f} after {s.time_to_target_seconds:.1f} s"
-             if s.time_to_target_seconds is not None and target is not None else
-             f"did not reach {metric} {target:.3f}" if target is not None else "no target")
+    speed = (
+        f"{s.speedup:.2f}x the sequential baseline (efficiency {s.efficiency:.2f} on {s.slots} slots)"
+        if s.speedup is not None
+        else "no baseline to compare with"
+    )
+    reach = (
+        f"reached {metric} {target:.3f} after {s.time_to_target_seconds:.1f} s"
+        if s.time_to_target_seconds is not None and target is not None
+        else f"did not reach {metric} {target:.3f}"
+        if target is not None
+        else "no target"
+    )
     best = f"best {metric} {s.best_value:.4f}" if s.best_value is not None else f"no {metric}"
     return f"**{s.mode}** ({s.concurrent_trials} trial(s) x {s.workers_per_trial} worker(s)): {speed}; {best}; {reach}."
 
 
-def write_reports(out: Path, *, name: str, stats: list[ModeStats], target: float | None, metric: str,
-                  info: dict[str, Any], plots: list[Path]) -> tuple[Path, Path]:
+def write_reports(
+    out: Path,
+    *,
+    name: str,
+    stats: list[ModeStats],
+    target: float | None,
+    metric: str,
+    info: dict[str, Any],
+    plots: list[Path],
+) -> tuple[Path, Path]:
     from distmis.files import write_text_atomic
 
     rows = table_rows(stats)
@@ -203,21 +294,34 @@ def write_reports(out: Path, *, name: str, stats: list[ModeStats], target: float
         "estimated sequential time for the same training samples / the mode's wall time (see comparison.json: "
         "sequential_estimate_seconds); efficiency = speed-up / slots.",
         f"Target {metric}: {_fmt(target, '.4f')} ({info['target_source']}).",
-        *(["Slots share cores here (cpus_per_worker < 1): the baseline's single worker ran alone and had a whole "
-           "core, so speed-ups over it are understated on this host."] if info["cpus_per_worker"] < 1 else []),
+        *(
+            [
+                "Slots share cores here (cpus_per_worker < 1): the baseline's single worker ran alone and had a whole "
+                "core, so speed-ups over it are understated on this host."
+            ]
+            if info["cpus_per_worker"] < 1
+            else []
+        ),
         "Start-up is counted apart from the trials: every mode keeps its slots warm (one process per "
         "single-worker slot, one worker group per multi-worker trial slot, reused across trials); 'cold start-up' "
         "is paid once per slot, 'per-trial overhead' is a trial's own set-up on a warm slot (first epoch's end - "
-        "trial start - that epoch's time). Warm trials per mode: " + ", ".join(
-            f"{s.mode} {s.warm_trials}/{s.trials}" for s in stats) + ".",
+        "trial start - that epoch's time). Warm trials per mode: "
+        + ", ".join(f"{s.mode} {s.warm_trials}/{s.trials}" for s in stats)
+        + ".",
         "Resources held: slots x CPUs (GPUs) per slot for the mode's wall time, and to the target: what a "
         "shared cluster charges.",
         "Scaling per mode: " + "; ".join(f"{m}: {v}" for m, v in scaling.items()) + ". Strong scaling: an epoch is "
         "one pass over the training cases, so more workers take fewer, larger steps; weak scaling: fixed "
         "steps_per_epoch, so more workers process more samples per epoch.",
     ]
-    md = [f"# distmis compare: {name}", "", *[f"- {headline(s, metric, target)}" for s in stats], "",
-          "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    md = [
+        f"# distmis compare: {name}",
+        "",
+        *[f"- {headline(s, metric, target)}" for s in stats],
+        "",
+        "| " + " | ".join(COLUMNS) + " |",
+        "|" + "---|" * len(COLUMNS),
+    ]
     md += ["| " + " | ".join(r) + " |" for r in rows]
     md += ["", *[f"- {n}" for n in notes], ""]
     md += [f"![{p.stem}](plots/{p.name})" for p in plots]
@@ -226,18 +330,28 @@ def write_reports(out: Path, *, name: str, stats: list[ModeStats], target: float
 
     def img(p: Path) -> str:
         data = base64.b64encode(p.read_bytes()).decode()
-        return f'<figure><img alt="{p.stem}" src="data:image/png;base64,{data}"><figcaption>{p.stem}</figcaption></figure>'
+        return (
+            f'<figure><img alt="{p.stem}" src="data:image/png;base64,{data}"><figcaption>{p.stem}</figcaption></figure>'
+        )
 
     esc = html.escape
-    table = ("<table><tr>" + "".join(f"<th>{esc(c)}</th>" for c in COLUMNS) + "</tr>"
-             + "".join("<tr>" + "".join(f"<td>{esc(v)}</td>" for v in r) + "</tr>" for r in rows) + "</table>")
+    table = (
+        "<table><tr>"
+        + "".join(f"<th>{esc(c)}</th>" for c in COLUMNS)
+        + "</tr>"
+        + "".join("<tr>" + "".join(f"<td>{esc(v)}</td>" for v in r) + "</tr>" for r in rows)
+        + "</table>"
+    )
+    headlines = "".join(f"<li>{esc(headline(s, metric, target)).replace('**', '')}</li>" for s in stats)
+    note_items = "".join(f"<li>{esc(n)}</li>" for n in notes)
+    images = "".join(img(p) for p in plots)
     doc = f"""<!doctype html><html><head><meta charset="utf-8"><title>distmis compare: {esc(name)}</title>
 <style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}table{{border-collapse:collapse;font-size:13px}}
 td,th{{border:1px solid #ccc;padding:4px 6px;text-align:right}}th{{background:#f3f3f3}}img{{max-width:100%}}</style>
 </head><body><h1>distmis compare: {esc(name)}</h1>
-<ul>{''.join(f'<li>{esc(headline(s, metric, target)).replace("**", "")}</li>' for s in stats)}</ul>
-{table}<ul>{''.join(f'<li>{esc(n)}</li>' for n in notes)}</ul>
-{''.join(img(p) for p in plots)}</body></html>
+<ul>{headlines}</ul>
+{table}<ul>{note_items}</ul>
+{images}</body></html>
 """
     html_path = out / "report.html"
     write_text_atomic(html_path, doc)

@@ -48,6 +48,18 @@ class Manifest:
     def num_classes(self) -> int:
         return int(self.info["num_classes"])
 
+    @property
+    def label_mode(self) -> str:
+        return str(self.info["label_mode"])
+
+    @property
+    def regions(self) -> dict[str, list[int]] | None:
+        return self.info.get("regions") or None
+
+    @property
+    def labels(self) -> dict[int, str]:
+        return {int(k): v for k, v in self.info["labels"].items()}
+
     def num_cases(self, split: str) -> int:
         return int(self.info["splits"].get(split, {}).get("num_cases", 0))
 
@@ -89,7 +101,8 @@ class _Info(BaseModel):
     channels: int = Field(ge=1)
     modalities: list[StrictStr]
     labels: dict[str, StrictStr]
-    label_mode: Literal["binary", "multiclass"]
+    label_mode: Literal["binary", "multiclass", "regions"]
+    regions: dict[str, list[int]] | None = None
     num_classes: int = Field(ge=1)
     preprocessing: dict[str, Any]
     splits: dict[Literal["train", "val", "test"], _Split]
@@ -119,8 +132,10 @@ def load_manifest(root: str | Path) -> Manifest:
         raise DataError(f"{path}: channels {checked.channels} but {len(checked.modalities)} modalities")
     for name, split in checked.splits.items():
         if split.num_cases != len(split.cases) or split.num_cases != sum(s.num_cases for s in split.shards):
-            raise DataError(f"{path}: splits.{name}: num_cases {split.num_cases} does not match its cases "
-                            f"({len(split.cases)}) and shards ({sum(s.num_cases for s in split.shards)})")
+            raise DataError(
+                f"{path}: splits.{name}: num_cases {split.num_cases} does not match its cases "
+                f"({len(split.cases)}) and shards ({sum(s.num_cases for s in split.shards)})"
+            )
         for shard in split.shards:
             if not (root / shard.file).is_file():
                 raise DataError(f"{root / shard.file}: listed in {path} but missing")
@@ -172,8 +187,10 @@ def verify_shards(manifest: Manifest, split: str) -> None:
         if key in _VERIFIED:
             continue
         if st.st_size != shard["bytes"]:
-            raise DataError(f"{path}: {st.st_size} bytes, info.json records {shard['bytes']}: the shard is damaged "
-                            "or was replaced; prepare the dataset again")
+            raise DataError(
+                f"{path}: {st.st_size} bytes, info.json records {shard['bytes']}: the shard is damaged "
+                "or was replaced; prepare the dataset again"
+            )
         stamps = _read_stamps() if stamps is None else stamps
         if stamps.get(key[0]) == [st.st_size, st.st_mtime_ns, shard["sha256"]]:
             _VERIFIED.add(key)
@@ -183,8 +200,10 @@ def verify_shards(manifest: Manifest, split: str) -> None:
             for chunk in iter(lambda: fh.read(1 << 20), b""):
                 h.update(chunk)
         if h.hexdigest() != shard["sha256"]:
-            raise DataError(f"{path}: sha256 {h.hexdigest()[:16]}..., info.json records {shard['sha256'][:16]}...: "
-                            "the shard is damaged or was replaced; prepare the dataset again")
+            raise DataError(
+                f"{path}: sha256 {h.hexdigest()[:16]}..., info.json records {shard['sha256'][:16]}...: "
+                "the shard is damaged or was replaced; prepare the dataset again"
+            )
         _VERIFIED.add(key)
         stamps[key[0]] = [st.st_size, st.st_mtime_ns, shard["sha256"]]
         _remember(stamps)
@@ -205,6 +224,7 @@ def _parse_fn(manifest: Manifest):  # noqa: ANN202 - returns a tf.function-compa
 
     x, y, z = manifest.shape
     c, k = manifest.channels, manifest.num_classes
+    mode, regions = manifest.label_mode, manifest.regions
     spec = {
         "case_id": tf.io.FixedLenFeature([], tf.string),
         "image": tf.io.FixedLenFeature([], tf.string),
@@ -215,7 +235,11 @@ def _parse_fn(manifest: Manifest):  # noqa: ANN202 - returns a tf.function-compa
         ex = tf.io.parse_single_example(record, spec)
         image = tf.reshape(tf.io.decode_raw(ex["image"], tf.float32), [x, y, z, c])
         label = tf.reshape(tf.io.decode_raw(ex["label"], tf.uint8), [x, y, z])
-        if k == 1:
+        if mode == "regions":
+            from distmis.labels import tf_regions_from_labels
+
+            label = tf_regions_from_labels(label, regions or {})
+        elif k == 1:
             label = tf.cast(label > 0, tf.float32)[..., tf.newaxis]
         else:
             label = tf.one_hot(tf.cast(label, tf.int32), k, dtype=tf.float32)
@@ -224,7 +248,9 @@ def _parse_fn(manifest: Manifest):  # noqa: ANN202 - returns a tf.function-compa
     return parse
 
 
-def random_patch(image: tf.Tensor, label: tf.Tensor, patch: tuple[int, int, int], seed: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+def random_patch(
+    image: tf.Tensor, label: tf.Tensor, patch: tuple[int, int, int], seed: tf.Tensor
+) -> tuple[tf.Tensor, tf.Tensor]:
     """Crop the same random ``patch`` from image and label (stateless, so reproducible)."""
     import tensorflow as tf
 
@@ -245,7 +271,7 @@ def augment(
         for axis in range(3):
             do = tf.random.stateless_uniform([], seeds[axis]) < 0.5
             image = tf.cond(do, lambda i=image, a=axis: tf.reverse(i, [a]), lambda i=image: i)
-            label = tf.cond(do, lambda l=label, a=axis: tf.reverse(l, [a]), lambda l=label: l)
+            label = tf.cond(do, lambda m=label, a=axis: tf.reverse(m, [a]), lambda m=label: m)
     channels = tf.shape(image)[-1]
     if intensity > 0:
         scale = tf.random.stateless_uniform([channels], seeds[3], 1 - intensity, 1 + intensity)
@@ -322,7 +348,7 @@ def make_dataset(
             image, label = xy
             s = tf.cast(s % (2**31 - 1), tf.int32)
             if patch is not None and tuple(patch) != tuple(manifest.shape):
-                image, label = random_patch(image, label, tuple(patch), s)
+                image, label = random_patch(image, label, (patch[0], patch[1], patch[2]), s)
             if augment_config is not None:
                 image, label = augment(
                     image,
@@ -337,17 +363,18 @@ def make_dataset(
         ds = ds.map(_train_map, num_parallel_calls=parallel)
         ds = ds.batch(batch_size, drop_remainder=True)
     else:
-        ds = ds.map(lambda i, l: (i, l, tf.constant(1.0)))
+        ds = ds.map(lambda i, m: (i, m, tf.constant(1.0)))
         if pad_to_batches is not None:
             # zero-weight copies of a real case (so shapes and dtypes match); taken from the whole
             # split, because with more workers than cases a worker's own shard can be empty
-            filler = (first_case.map(_parse_fn(manifest)).map(lambda i, l: (i, l, tf.constant(0.0))).repeat())
+            filler = first_case.map(_parse_fn(manifest)).map(lambda i, m: (i, m, tf.constant(0.0))).repeat()
             ds = ds.concatenate(filler).take(pad_to_batches * batch_size)
         ds = ds.batch(batch_size, drop_remainder=pad_to_batches is not None)
     ds = ds.prefetch(2 if threads else tf.data.AUTOTUNE)
     if threads:
+        # no private thread pool: its threads come on top of the trial's inter-op pool, and an
+        # iterator over a private pool of 1-2 threads was seen to hang when it was destroyed
         options = tf.data.Options()
-        options.threading.private_threadpool_size = threads
         options.threading.max_intra_op_parallelism = 1
         ds = ds.with_options(options)
     return ds

@@ -125,8 +125,10 @@ def read_dataset_json(root: str | Path) -> MsdDataset:
         raise DataError(f"{path}: labels: must declare 0 (background), got {sorted(labels)}")
     bad = [k for k in labels if not 0 <= k <= MAX_LABEL]
     if bad:
-        raise DataError(f"{path}: labels: declares {bad}, but label maps are stored as uint8 (0..{MAX_LABEL}); "
-                        f"{bad[0]} would silently become {bad[0] % 256}")
+        raise DataError(
+            f"{path}: labels: declares {bad}, but label maps are stored as uint8 (0..{MAX_LABEL}); "
+            f"{bad[0]} would silently become {bad[0] % 256}"
+        )
     if not meta.training:
         raise DataError(f"{path}: training: empty; expected at least one case")
 
@@ -141,14 +143,18 @@ def read_dataset_json(root: str | Path) -> MsdDataset:
     label_owner: dict[Path, str] = {}
     for i, case in enumerate(training):
         if case.case_id in ids:
-            raise DataError(f"{path}: training[{ids[case.case_id]}] and training[{i}] are both case {case.case_id!r}: "
-                            "duplicate case ids")
+            raise DataError(
+                f"{path}: training[{ids[case.case_id]}] and training[{i}] are both case {case.case_id!r}: "
+                "duplicate case ids"
+            )
         ids[case.case_id] = i
         assert case.label is not None
         key = Path(os.path.normpath(case.label))
         if key in label_owner:
-            raise DataError(f"{path}: cases {label_owner[key]!r} and {case.case_id!r} share the label file "
-                            f"{case.label}; every case needs its own label")
+            raise DataError(
+                f"{path}: cases {label_owner[key]!r} and {case.case_id!r} share the label file "
+                f"{case.label}; every case needs its own label"
+            )
         label_owner[key] = case.case_id
         if Path(os.path.normpath(case.image)) == key:
             raise DataError(f"{path}: case {case.case_id!r} uses {case.image} as both image and label")
@@ -156,11 +162,13 @@ def read_dataset_json(root: str | Path) -> MsdDataset:
     for i, case in enumerate(test):
         clash = train_images.get(Path(os.path.normpath(case.image))) or (case.case_id if case.case_id in ids else None)
         if clash:
-            raise DataError(f"{path}: test[{i}] ({case.image.name}) is also training case {clash!r}: a test case "
-                            "must not be trained on")
+            raise DataError(
+                f"{path}: test[{i}] ({case.image.name}) is also training case {clash!r}: a test case "
+                "must not be trained on"
+            )
     for case in training:
         for f in (case.image, case.label):
-            if not f.is_file():
+            if f is not None and not f.is_file():
                 raise DataError(f"{f}: listed in {path} but missing")
     return MsdDataset(
         root=root,
@@ -225,8 +233,10 @@ def check_case_headers(case: MsdCase, num_modalities: int) -> None:
     if len(shape) != 4:
         raise DataError(f"{case.image}: expected a 3D or 4D image, got shape {shape}")
     if shape[-1] != num_modalities:
-        raise DataError(f"{case.image}: expected {num_modalities} modalities as declared in dataset.json, got "
-                        f"{shape[-1]} (shape {shape})")
+        raise DataError(
+            f"{case.image}: expected {num_modalities} modalities as declared in dataset.json, got "
+            f"{shape[-1]} (shape {shape})"
+        )
     if case.label is None:
         return
     try:
@@ -240,8 +250,10 @@ def check_case_headers(case: MsdCase, num_modalities: int) -> None:
         raise DataError(f"{case.label}: label shape {lshape} does not match image shape {shape[:3]} of {case.image}")
     diff = geometry_difference(image.affine, label.affine)
     if diff:
-        raise DataError(f"{case.label}: not aligned with its image {case.image}: {diff}; a misaligned label would "
-                        "be trained on and scored as if it matched")
+        raise DataError(
+            f"{case.label}: not aligned with its image {case.image}: {diff}; a misaligned label would "
+            "be trained on and scored as if it matched"
+        )
 
 
 def load_nifti(path: Path, *, dtype: type = np.float32) -> tuple[np.ndarray, np.ndarray, object]:
@@ -254,7 +266,7 @@ def load_nifti(path: Path, *, dtype: type = np.float32) -> tuple[np.ndarray, np.
 
     try:
         img = nib.load(str(path))
-        data = np.asarray(img.dataobj, dtype=dtype)
+        data: np.ndarray = np.asarray(img.dataobj, dtype=dtype)
     except Exception as exc:  # nibabel raises many types (EOFError, zlib.error, ImageFileError, ...)
         raise DataError(f"{path}: cannot read NIfTI ({type(exc).__name__}: {exc})") from None
     return data, img.affine, img.header
@@ -277,8 +289,13 @@ def load_case_image(path: Path, num_modalities: int) -> tuple[np.ndarray, np.nda
     return data, affine, header
 
 
-def content_warnings(image_path: Path, image: np.ndarray, label_path: Path | None, label: np.ndarray | None,
-                     modalities: tuple[str, ...] | list[str]) -> list[str]:
+def content_warnings(
+    image_path: Path,
+    image: np.ndarray,
+    label_path: Path | None,
+    label: np.ndarray | None,
+    modalities: tuple[str, ...] | list[str],
+) -> list[str]:
     """What is suspicious but not wrong: a constant image channel (z-scoring makes it all
     zeros, so the model sees nothing there) and a label with no foreground at all."""
     found = []

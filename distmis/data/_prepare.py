@@ -9,16 +9,15 @@ renamed at the end: a failure or Ctrl-C leaves no half-written OUT.
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
 import os
 from collections.abc import Callable
-import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from distmis.files import atomic_directory, check_output, check_replaceable, write_json_atomic
 from distmis.data._msd import (
     MsdCase,
     check_case_headers,
@@ -28,6 +27,7 @@ from distmis.data._msd import (
     read_dataset_json,
 )
 from distmis.exceptions import DataError
+from distmis.files import atomic_directory, check_output, check_replaceable, write_json_atomic
 
 MANIFEST = "info.json"
 FORMAT = "distmis-prepared/1"
@@ -82,22 +82,53 @@ def preprocess_image(image: np.ndarray, shape: tuple[int, int, int], resize: str
 
 def preprocess_label(label: np.ndarray, shape: tuple[int, int, int], resize: str, label_mode: str) -> np.ndarray:
     label = resample(label, shape, order=0) if resize == "resample" else crop_or_pad(label, shape)
-    if label_mode == "binary":
+    if label_mode == "binary":  # multiclass and regions keep the label values (regions are made when read)
         label = (label > 0).astype(np.uint8)
     return label.astype(np.uint8)
 
 
 # --------------------------------------------------------------------------- per-case worker
 def _prepare_case(
-    case: MsdCase, modalities: tuple[str, ...], labels: dict[int, str], shape: tuple[int, int, int], resize: str,
+    case: MsdCase,
+    modalities: tuple[str, ...],
+    labels: dict[int, str],
+    shape: tuple[int, int, int],
+    resize: str,
     label_mode: str,
-) -> tuple[str, np.ndarray, np.ndarray, list[str]]:
-    image, _, _ = load_case_image(case.image, len(modalities))
+) -> tuple[str, np.ndarray, np.ndarray, list[str], dict[str, Any]]:
+    from distmis.data._inspect import case_stats
+
+    image, affine, _ = load_case_image(case.image, len(modalities))
     assert case.label is not None
     label = load_case_label(case.label, image.shape[:3], labels)
     warnings = content_warnings(case.image, image, case.label, label, modalities)
-    return (case.case_id, preprocess_image(image, shape, resize), preprocess_label(label, shape, resize, label_mode),
-            warnings)
+    stats = case_stats(case.case_id, image, affine, label)  # the dataset fingerprint, from the same read
+    return (
+        case.case_id,
+        preprocess_image(image, shape, resize),
+        preprocess_label(label, shape, resize, label_mode),
+        warnings,
+        stats,
+    )
+
+
+def _check_regions(regions: dict[str, list[int]] | None, label_mode: str, labels: dict[int, str], where: Path) -> None:
+    from distmis.labels import paint_order
+
+    if label_mode == "regions" and not regions:
+        raise DataError("--label-mode regions needs --regions (e.g. msd_task01, or WT=1,2,3;TC=2,3;ET=3)")
+    for name, values in (regions or {}).items():
+        undeclared = sorted(set(values) - set(labels))
+        if undeclared:
+            raise DataError(
+                f"regions: {name} uses label values {undeclared}, which {where} does not declare "
+                f"(it has {sorted(labels)})"
+            )
+    if label_mode == "regions":
+        try:
+            paint_order(regions or {})
+        except ValueError as exc:
+            raise DataError(f"regions: {exc}") from None
 
 
 def _print_warning(text: str) -> None:
@@ -165,6 +196,7 @@ def prepare_dataset(
     overwrite: bool = False,
     progress: Callable[[int, int], None] | None = None,
     warn: Callable[[str], None] | None = None,
+    regions: dict[str, list[int]] | None = None,
 ) -> dict[str, Any]:
     """Preprocess an MSD dataset into ``out`` and return its manifest.
 
@@ -179,6 +211,7 @@ def prepare_dataset(
     """
     src, out = Path(src), Path(out)
     dataset = read_dataset_json(src)
+    _check_regions(regions, label_mode, dataset.labels, src / "dataset.json")
     check_output(out, option="OUT", inputs={"source dataset": src})
     check_replaceable(out, option="OUT", overwrite=overwrite)
     for case in dataset.training:  # headers only: every misaligned case is found before any work
@@ -188,7 +221,7 @@ def prepare_dataset(
     by_id = {c.case_id: c for c in dataset.training}
     workers = workers or min(len(dataset.training), os.cpu_count() or 1)
     shape = tuple(int(s) for s in shape)  # type: ignore[assignment]
-    num_classes = 1 if label_mode == "binary" else max(dataset.labels) + 1
+    num_classes = {"binary": 1, "regions": len(regions or {})}.get(label_mode, max(dataset.labels) + 1)
 
     manifest: dict[str, Any] = {
         "format": FORMAT,
@@ -199,6 +232,7 @@ def prepare_dataset(
         "labels": {str(k): v for k, v in sorted(dataset.labels.items())},
         "label_mode": label_mode,
         "num_classes": num_classes,
+        "regions": regions,
         "image_dtype": "float32",
         "label_dtype": "uint8",
         "preprocessing": {"normalisation": "zscore_nonzero_per_channel", "resize": resize, "shape": list(shape)},
@@ -207,6 +241,7 @@ def prepare_dataset(
     }
     total = len(dataset.training)
     done = 0
+    case_stats: list[dict[str, Any]] = []
     try:
         with atomic_directory(out, command="prepare", overwrite=overwrite) as tmp:
             # spawn, not fork: the parent has TensorFlow's thread pools running, and forking those is unsafe
@@ -232,7 +267,8 @@ def prepare_dataset(
                         counts = [0] * n_shards
                         try:
                             for i, fut in enumerate(futures[name]):  # in order: shard assignment is deterministic
-                                case_id, image, label, case_warnings = fut.result()
+                                case_id, image, label, case_warnings, stats = fut.result()
+                                case_stats.append(stats)
                                 for text in case_warnings:
                                     (warn or _print_warning)(text)
                                 writers[i % n_shards].write(_serialize(case_id, image, label))
@@ -258,6 +294,11 @@ def prepare_dataset(
                 except BaseException:
                     pool.shutdown(wait=True, cancel_futures=True)  # one bad case: do not process the rest
                     raise
+            from distmis.data._inspect import aggregate
+
+            manifest["fingerprint"] = aggregate(
+                case_stats, labels=dataset.labels, modalities=dataset.modalities, name=dataset.name
+            )
             write_json_atomic(tmp / MANIFEST, manifest)
     except PermissionError as exc:
         raise DataError(f"{out}: not writable ({exc})") from None

@@ -36,7 +36,10 @@ def resolve_prepared(data: DataConfig, *, base_dir: Path | None = None) -> Path:
             return src
         if not (src / "dataset.json").is_file():
             raise DataError(f"data.source: {src} holds neither dataset.json (MSD) nor {MANIFEST} (prepared)")
-    target = cache / f"prepared-{_key({'src': str(src.resolve()), **prep.model_dump(mode='json')})}"
+    key = {"src": str(src.resolve()), **prep.model_dump(mode="json")}
+    if data.regions:
+        key["regions"] = data.regions
+    target = cache / f"prepared-{_key(key)}"
     if (target / MANIFEST).is_file():
         return target
     cache.mkdir(parents=True, exist_ok=True)
@@ -45,7 +48,12 @@ def resolve_prepared(data: DataConfig, *, base_dir: Path | None = None) -> Path:
         if data.source == "synthetic" and not (src / "dataset.json").is_file():
             syn = data.synthetic
             write_synthetic_msd(
-                src, cases=syn.cases, shape=syn.shape, modalities=syn.modalities, test_cases=syn.test_cases, seed=syn.seed
+                src,
+                cases=syn.cases,
+                shape=syn.shape,
+                modalities=syn.modalities,
+                test_cases=syn.test_cases,
+                seed=syn.seed,
             )
         if not (target / MANIFEST).is_file():
             prepare_dataset(
@@ -57,5 +65,6 @@ def resolve_prepared(data: DataConfig, *, base_dir: Path | None = None) -> Path:
                 split=prep.split,
                 shards=prep.shards,
                 seed=prep.seed,
+                regions=data.regions,
             )
     return target

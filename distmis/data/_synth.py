@@ -47,9 +47,7 @@ def _blob(grid: np.ndarray, centre: np.ndarray, radii: np.ndarray, rng: np.rando
     return r < wobble
 
 
-def synth_case(
-    shape: tuple[int, int, int], modalities: int, rng: np.random.Generator
-) -> tuple[np.ndarray, np.ndarray]:
+def synth_case(shape: tuple[int, int, int], modalities: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """One case: image (X, Y, Z, C) float32 and label (X, Y, Z) uint8 with values 0..3."""
     s = np.asarray(shape, dtype=np.float32)
     grid = np.stack(np.meshgrid(*[np.arange(n, dtype=np.float32) for n in shape], indexing="ij"))
@@ -101,7 +99,7 @@ def write_synthetic_msd(
         training, test = [], []
         total = cases + test_cases
         for i in range(total):
-            image, label = synth_case(tuple(shape), modalities, rng)
+            image, label = synth_case((shape[0], shape[1], shape[2]), modalities, rng)
             cid = f"SYNTH_{i:03d}"
             if i < cases:
                 nib.save(nib.Nifti1Image(image, affine), tmp / "imagesTr" / f"{cid}.nii.gz")
@@ -130,4 +128,3 @@ def write_synthetic_msd(
 
 
 __all__ = ["LABELS", "MODALITIES", "synth_case", "write_synthetic_msd"]
-

@@ -57,8 +57,9 @@ def _draw(fig, axes, image: np.ndarray, label: np.ndarray, names: list[str], z: 
 OUTPUT_SUFFIXES = (".png", ".gif")
 
 
-def render_case(prepared: str | Path, out: str | Path, *, split: str = "train", index: int = 0,
-                overwrite: bool = False) -> Path:
+def render_case(
+    prepared: str | Path, out: str | Path, *, split: str = "train", index: int = 0, overwrite: bool = False
+) -> Path:
     """Write a PNG (the slice with the most tumour) or an animated GIF (all slices) of a case.
 
     The file carries distmis' signature (PNG ``Software`` text, GIF comment), so that
@@ -106,8 +107,15 @@ def render_case(prepared: str | Path, out: str | Path, *, split: str = "train", 
     return out
 
 
-def _save_gif(fig, axes, image: np.ndarray, label: np.ndarray, names: list[str], path: Path,  # noqa: ANN001
-              signature: str) -> None:
+def _save_gif(
+    fig,
+    axes,
+    image: np.ndarray,
+    label: np.ndarray,
+    names: list[str],
+    path: Path,  # noqa: ANN001
+    signature: str,
+) -> None:
     """All slices as an animated GIF, with ``signature`` as its comment (Pillow writes it)."""
     from PIL import Image
 
@@ -115,6 +123,9 @@ def _save_gif(fig, axes, image: np.ndarray, label: np.ndarray, names: list[str],
     for z in range(image.shape[2]):
         _draw(fig, axes, image, label, names, z)
         fig.canvas.draw()
-        frames.append(Image.fromarray(np.asarray(fig.canvas.buffer_rgba())).convert("P", palette=Image.ADAPTIVE))
-    frames[0].save(path, format="GIF", save_all=True, append_images=frames[1:], duration=125, loop=0,
-                   comment=signature.encode())
+        frames.append(
+            Image.fromarray(np.asarray(fig.canvas.buffer_rgba())).convert("P", palette=Image.Palette.ADAPTIVE)
+        )
+    frames[0].save(
+        path, format="GIF", save_all=True, append_images=frames[1:], duration=125, loop=0, comment=signature.encode()
+    )

@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from distmis.files import atomic_directory, atomic_file, check_output, check_replaceable, write_json_atomic
 from distmis.data._msd import MsdCase, load_case_label, load_nifti, read_dataset_json
-from distmis.exceptions import DataError, InferenceError
+from distmis.exceptions import DataError
+from distmis.files import atomic_directory, atomic_file, check_output, check_replaceable, write_json_atomic
 from distmis.inference._metrics import METRICS, mask_metrics, summarise
 from distmis.inference._model import ModelRecord, read_model_record
 from distmis.inference._predict import CaseJob, CaseOutcome, PredictOptions, predict_cases
@@ -77,40 +77,63 @@ def evaluation_cases(source: Path, split: str) -> list[MsdCase]:
         if split != "all":
             raise DataError(
                 f"--split {split}: {source} is an MSD directory, which has no splits; pass --split all, or the "
-                "prepared directory")
+                "prepared directory"
+            )
         return list(read_dataset_json(source).training)
     raise DataError(f"{source}: expected a prepared directory (info.json) or an MSD directory (dataset.json)")
 
 
-def _regions(record: ModelRecord) -> list[tuple[str, int | None]]:
-    """(name, label value) pairs scored: binary models one 'foreground' region (any label > 0)."""
+def scored_masks(record: ModelRecord) -> list[tuple[str, list[int] | None, str]]:
+    """(name, label values, kind) of every mask scored: one ``foreground`` mask for binary models
+    (any label > 0); per label value and per region (when the model has regions) otherwise."""
     if record.preprocessing["label_mode"] == "binary":
-        return [("foreground", None)]
+        return [("foreground", None, "foreground")]
+    from distmis.labels import metric_suffix
+
     labels = {int(k): v for k, v in record.preprocessing["labels"].items()}
-    return [(labels.get(k, str(k)).replace(" ", "_"), k) for k in range(1, record.num_classes)]
+    values = sorted(v for v in labels if v > 0)
+    masks: list[tuple[str, list[int] | None, str]] = [(metric_suffix(labels[v]), [v], "label") for v in values]
+    regions = record.preprocessing.get("regions") or record.config.data.regions or {}
+    masks += [(metric_suffix(name), list(vals), "region") for name, vals in regions.items()]
+    return masks
 
 
 def score_case(record: ModelRecord, case: MsdCase, prediction: Path) -> dict[str, Any]:
-    """Metrics of one case; for multi-class models per label, plus their mean under the plain names."""
+    """Metrics of one case: per label value and per region (``dice_ET``, ``hd95_mm_WT``, ...), and
+    under the plain names the mean over the label values (region models: over the regions)."""
     # the prediction carries the source image's header (write_segmentation), so its zooms are the scan's
     pred, _, header = load_nifti(prediction, dtype=np.float32)
     spacing = [float(z) for z in header.get_zooms()[:3]]  # type: ignore[attr-defined]
     assert case.label is not None
     truth = load_case_label(case.label, pred.shape, {int(k): v for k, v in record.preprocessing["labels"].items()})
     row: dict[str, Any] = {"case_id": case.case_id}
-    per_region = []
-    for name, value in _regions(record):
-        t = truth > 0 if value is None else truth == value
-        p = pred > 0 if value is None else pred == value
+    averaged = []
+    main_kind = "region" if record.preprocessing["label_mode"] == "regions" else "label"
+    for name, values, kind in scored_masks(record):
+        t = truth > 0 if values is None else np.isin(truth, values)
+        p = pred > 0 if values is None else np.isin(pred, values)
         m = mask_metrics(t, p, spacing)
-        per_region.append(m)
-        if value is not None:
+        if values is None or kind == main_kind:
+            averaged.append(m)
+        if values is not None:
             row.update({f"{k}_{name}": v for k, v in m.items()})
     for metric in METRICS:
-        vals = [m[metric] for m in per_region]
+        vals = [m[metric] for m in averaged]
         row[metric] = vals[0] if len(vals) == 1 else float(np.mean(vals))
     row["spacing_mm"] = "x".join(f"{s:g}" for s in spacing)
     return row
+
+
+def _metric_columns(rows: list[dict[str, Any]]) -> list[str]:
+    """The plain metrics first, then the per-label and per-region ones (``dice_ET``, ...)."""
+    columns = list(METRICS)
+    for r in rows:
+        columns += [
+            k
+            for k in r
+            if k not in columns and k.split("_")[0] in ("dice", "iou", "hd95", "sensitivity", "specificity")
+        ]
+    return columns
 
 
 def plot_cases(record: ModelRecord, cases: list[tuple[MsdCase, Path]], out: Path) -> Path:
@@ -137,8 +160,14 @@ def plot_cases(record: ModelRecord, cases: list[tuple[MsdCase, Path]], out: Path
         for ax, overlay, title in zip(row, (None, truth, pred), ("image", "truth", "prediction"), strict=True):
             ax.imshow(image[:, :, z].T, cmap="gray", origin="lower")
             if overlay is not None:
-                ax.imshow(np.clip(overlay[:, :, z], 0, 3).T, cmap=cmap, vmin=0, vmax=3, origin="lower",
-                          interpolation="nearest")
+                ax.imshow(
+                    np.clip(overlay[:, :, z], 0, 3).T,
+                    cmap=cmap,
+                    vmin=0,
+                    vmax=3,
+                    origin="lower",
+                    interpolation="nearest",
+                )
             ax.set_title(f"{case.case_id} {title} (z={z})", fontsize=8)
             ax.axis("off")
     fig.tight_layout()
@@ -190,8 +219,16 @@ def evaluate(
     options.resolved_patch(record)
     with atomic_directory(out, command="evaluate", overwrite=overwrite, option="--out") as tmp:
         jobs = [CaseJob(c.case_id, c.image, tmp / "predictions" / f"{c.case_id}.nii.gz") for c in cases]
-        outcomes = predict_cases(model_dir, jobs, options, workers=workers, address=address,
-                                 cpus_per_worker=cpus_per_worker, gpus_per_worker=gpus_per_worker, on_done=on_done)
+        outcomes = predict_cases(
+            model_dir,
+            jobs,
+            options,
+            workers=workers,
+            address=address,
+            cpus_per_worker=cpus_per_worker,
+            gpus_per_worker=gpus_per_worker,
+            on_done=on_done,
+        )
         rows: list[dict[str, Any]] = []
         failed = [o for o in outcomes if not o.ok]
         scored: list[tuple[MsdCase, Path]] = []
@@ -215,9 +252,13 @@ def evaluate(
             "cases": len(cases),
             "scored": len(rows),
             "failed": [{"case_id": o.case_id, "error": o.error} for o in failed],
-            "options": {"patch": list(options.resolved_patch(record)), "overlap": options.overlap,
-                        "blend": options.blend, "batch_size": options.batch_size},
-            "metrics": {m: summarise([r[m] for r in rows]) for m in METRICS},
+            "options": {
+                "patch": list(options.resolved_patch(record)),
+                "overlap": options.overlap,
+                "blend": options.blend,
+                "batch_size": options.batch_size,
+            },
+            "metrics": {m: summarise([r[m] for r in rows]) for m in _metric_columns(rows)},
         }
         if rows:
             _write_csv(tmp / "metrics.csv", rows)
@@ -235,7 +276,7 @@ def search_tracking(model_dir: Path) -> dict[str, Any] | None:
     from distmis.tracking import STATE_FILE
 
     model_dir = model_dir.resolve()
-    candidates = [(model_dir.parent, None)]
+    candidates: list[tuple[Path, str | None]] = [(model_dir.parent, None)]
     if len(model_dir.parents) > 2 and model_dir.parents[1].name == "trials":
         candidates.append((model_dir.parents[2], model_dir.parent.name))
     for search_dir, trial in candidates:

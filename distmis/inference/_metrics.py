@@ -8,7 +8,9 @@ Conventions follow MONAI / the BraTS and MSD challenges so that numbers are comp
 * HD95: the symmetric 95th-percentile Hausdorff distance between the two masks' *surfaces*
   (voxels removed by one binary erosion), in millimetres from the voxel spacing: the larger
   of the two directed 95th percentiles (MONAI ``compute_hausdorff_distance(percentile=95)``).
-  0 when both masks are empty, +inf when exactly one is (no surface to measure against).
+  Undefined (NaN) when either mask is empty: there is no surface to measure to, and a region
+  absent from a case (no enhancing tumour) must not pull a mean towards 0 or infinity; the
+  summaries count such cases as undefined instead.
 """
 
 from __future__ import annotations
@@ -38,10 +40,8 @@ def _directed(a_surface: np.ndarray, b_surface: np.ndarray, spacing: Sequence[fl
 def hausdorff95(truth: np.ndarray, pred: np.ndarray, spacing: Sequence[float], q: float = 95.0) -> float:
     """Symmetric ``q``-th percentile Hausdorff distance between mask surfaces, in mm."""
     truth, pred = truth.astype(bool), pred.astype(bool)
-    if not truth.any() and not pred.any():
-        return 0.0
     if not truth.any() or not pred.any():
-        return math.inf
+        return math.nan
     st, sp = _surface(truth), _surface(pred)
     return max(_directed(sp, st, spacing, q), _directed(st, sp, spacing, q))
 

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, model_validator
 
 from distmis.documents import load_json_document
@@ -35,20 +34,26 @@ class _Preprocessing(BaseModel):
     channels: int = Field(ge=1)
     modalities: list[StrictStr]
     labels: dict[str, StrictStr] = {}
-    label_mode: Literal["binary", "multiclass"]
+    label_mode: Literal["binary", "multiclass", "regions"]
     num_classes: int = Field(ge=1)
+    regions: dict[str, list[int]] | None = None
     normalisation: StrictStr
     resize: Literal["crop_pad", "resample"]
     shape: tuple[int, int, int]
 
     @model_validator(mode="after")
-    def _consistent(self) -> "_Preprocessing":
+    def _consistent(self) -> _Preprocessing:
         if any(s < 1 for s in self.shape):
             raise ValueError(f"shape must be 3 positive integers, got {list(self.shape)}")
         if len(self.modalities) != self.channels:
             raise ValueError(f"channels {self.channels} but {len(self.modalities)} modalities")
-        if (self.label_mode == "binary") != (self.num_classes == 1):
+        if (self.label_mode == "binary") != (self.num_classes == 1) and self.label_mode != "regions":
             raise ValueError(f"label_mode {self.label_mode!r} does not go with num_classes {self.num_classes}")
+        if self.label_mode == "regions" and len(self.regions or {}) != self.num_classes:
+            raise ValueError(
+                f"label_mode 'regions' needs one region per output channel ({self.num_classes}), "
+                f"got regions {self.regions}"
+            )
         return self
 
 
@@ -57,7 +62,7 @@ class ModelRecord:
     """Everything about a model directory except the weights themselves (cheap to pickle)."""
 
     directory: Path
-    config: "ExperimentConfig"
+    config: ExperimentConfig
     preprocessing: dict[str, Any]
 
     @property
@@ -110,7 +115,7 @@ def read_model_record(directory: str | Path) -> ModelRecord:
     return ModelRecord(directory=directory, config=config, preprocessing=record)
 
 
-def build_model(record: ModelRecord) -> "keras.Model":
+def build_model(record: ModelRecord) -> keras.Model:
     """Rebuild the U-Net from the recorded configuration and load ``weights.npz`` into it.
 
     Built in float32 whatever the training precision: the stored variables are float32 under
@@ -123,7 +128,12 @@ def build_model(record: ModelRecord) -> "keras.Model":
     from distmis.training import assign_by_path, load_arrays
 
     keras.mixed_precision.set_global_policy("float32")
-    model = build_unet(record.config.model, channels=record.channels, num_classes=record.num_classes)
+    model = build_unet(
+        record.config.model,
+        channels=record.channels,
+        num_classes=record.num_classes,
+        activation="softmax" if record.preprocessing["label_mode"] == "multiclass" else "sigmoid",
+    )
     path = record.directory / "weights.npz"
     try:
         assign_by_path(model.weights, load_arrays(path), prefix="model/", source=str(path))
@@ -132,7 +142,7 @@ def build_model(record: ModelRecord) -> "keras.Model":
     return model
 
 
-def make_predict_fn(model: "keras.Model"):  # noqa: ANN201
+def make_predict_fn(model: keras.Model):  # noqa: ANN201
     """A compiled (B, x, y, z, C) -> (B, x, y, z, K) function; retraced only per cube shape."""
     import tensorflow as tf
 

@@ -100,16 +100,29 @@ def predict_probabilities(
     if record.preprocessing["resize"] == "resample":
         x = resample(x, record.training_shape, order=1)
     probs = sliding_window_predict(
-        x, predict, patch=options.resolved_patch(record), overlap=options.overlap, blend=options.blend,
-        batch_size=options.batch_size, progress=progress,
+        x,
+        predict,
+        patch=options.resolved_patch(record),
+        overlap=options.overlap,
+        blend=options.blend,
+        batch_size=options.batch_size,
+        progress=progress,
     )
     if probs.shape[:3] != spatial:
         probs = resample(probs, spatial, order=1)  # type: ignore[arg-type]
     return probs
 
 
-def probabilities_to_labels(probs: np.ndarray, threshold: float = 0.5) -> np.ndarray:
-    """Binary model: foreground (1) where p > threshold. Multi-class: argmax = the MSD label value."""
+def probabilities_to_labels(
+    probs: np.ndarray, threshold: float = 0.5, regions: dict[str, list[int]] | None = None
+) -> np.ndarray:
+    """Binary model: foreground (1) where p > threshold. Multi-class: argmax = the MSD label value.
+    Region model (``regions``): each region where p > threshold, written back as MSD label values
+    (ET -> 3, TC without ET -> 2, WT without TC -> 1), so the file overlays like a ground truth."""
+    if regions:
+        from distmis.labels import labels_from_regions
+
+        return labels_from_regions(probs > threshold, regions)
     if probs.shape[-1] == 1:
         return (probs[..., 0] > threshold).astype(np.uint8)
     return np.argmax(probs, axis=-1).astype(np.uint8)
@@ -154,7 +167,8 @@ def predict_case(
                 progress(done, total)
 
         probs = predict_probabilities(image, record, predict, options, counted)
-        write_segmentation(probabilities_to_labels(probs, options.threshold), affine, header, job.out)
+        regions = record.preprocessing.get("regions") if record.preprocessing["label_mode"] == "regions" else None
+        write_segmentation(probabilities_to_labels(probs, options.threshold, regions), affine, header, job.out)
         outcome.out = str(job.out)
     except DistmisError as exc:
         outcome.error = str(exc)
@@ -261,9 +275,9 @@ def _predict_on_ray(
     gpus_per_worker: float | None,
     on_done: Callable[[CaseOutcome, int, int], None] | None,
 ) -> list[CaseOutcome]:
-    from distmis.tuning._ray import init_ray
-
     import ray
+
+    from distmis.tuning._ray import init_ray
 
     started_here = not (address or os.environ.get("RAY_ADDRESS"))
     connected_here = not ray.is_initialized()  # leave a caller's own Ray session alone

@@ -52,7 +52,9 @@ def gaussian_weight(patch: tuple[int, int, int], sigma_scale: float = 0.125) -> 
     return np.maximum(w, 1e-3).astype(np.float32)
 
 
-def cube_origins(shape: tuple[int, int, int], patch: tuple[int, int, int], overlap: float) -> list[tuple[int, int, int]]:
+def cube_origins(
+    shape: tuple[int, int, int], patch: tuple[int, int, int], overlap: float
+) -> list[tuple[int, int, int]]:
     """Every cube origin that tiles a (padded) volume of ``shape``."""
     per_axis = [window_starts(s, p, overlap) for s, p in zip(shape, patch, strict=True)]
     return [tuple(o) for o in itertools.product(*per_axis)]  # type: ignore[misc]

@@ -10,7 +10,9 @@ if TYPE_CHECKING:
     from distmis.config import OptimizerConfig
 
 
-def build_optimizer(cfg: "OptimizerConfig", *, learning_rate: "float | keras.optimizers.schedules.LearningRateSchedule | None" = None) -> "keras.optimizers.Optimizer":
+def build_optimizer(
+    cfg: OptimizerConfig, *, learning_rate: float | keras.optimizers.schedules.LearningRateSchedule | None = None
+) -> keras.optimizers.Optimizer:
     """Build a Keras optimiser; ``learning_rate`` overrides ``cfg.lr`` (e.g. a warm-up schedule)."""
     import keras
 

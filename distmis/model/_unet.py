@@ -33,29 +33,80 @@ def _norm(kind: str, groups: int, name: str):  # noqa: ANN202
     return None
 
 
-def _conv_block(x, filters: int, cfg: "ModelConfig", name: str):  # noqa: ANN001, ANN202
+def _block_layers(filters: int, cfg: ModelConfig, name: str) -> list:
     import keras
 
+    layers = []
     for i in (1, 2):
-        x = keras.layers.Conv3D(
-            filters, cfg.kernel_size, padding="same", use_bias=cfg.norm == "none", name=f"{name}_conv{i}"
-        )(x)
+        layers.append(
+            keras.layers.Conv3D(
+                filters, cfg.kernel_size, padding="same", use_bias=cfg.norm == "none", name=f"{name}_conv{i}"
+            )
+        )
         norm = _norm(cfg.norm, cfg.groups, f"{name}_norm{i}")
         if norm is not None:
-            x = norm(x)
-        x = keras.layers.Activation("relu", name=f"{name}_relu{i}")(x)
+            layers.append(norm)
+        layers.append(keras.layers.Activation("relu", name=f"{name}_relu{i}"))
     if cfg.dropout > 0:
-        x = keras.layers.SpatialDropout3D(cfg.dropout, name=f"{name}_drop")(x)
+        layers.append(keras.layers.SpatialDropout3D(cfg.dropout, name=f"{name}_drop"))
+    return layers
+
+
+def _conv_block(x, filters: int, cfg: ModelConfig, name: str):  # noqa: ANN001, ANN202
+    if cfg.remat:
+        return _remat_block_class()(_block_layers(filters, cfg, name), name=name)(x)
+    for layer in _block_layers(filters, cfg, name):
+        x = layer(x)
     return x
 
 
-def build_unet(cfg: "ModelConfig", *, channels: int, num_classes: int, name: str = "unet3d") -> "keras.Model":
+def _remat_block_class():  # noqa: ANN202 - built lazily: Keras is imported only when a model is built
+    import keras
+
+    class RematBlock(keras.layers.Layer):
+        """A convolution block as one layer whose training forward pass is recomputed in the
+        backward pass (``keras.remat``): only the block's input is kept for the gradient, not its
+        convolution, normalisation and activation outputs.
+
+        ``keras.RematScope`` would pass ``training`` to TensorFlow's ``custom_gradient`` as a
+        keyword, which graph mode refuses; so the block closes over it and hands ``keras.remat``
+        a function of the input alone.
+        """
+
+        def __init__(self, layers: list, **kwargs) -> None:  # noqa: ANN003
+            super().__init__(**kwargs)
+            self.block = layers
+
+        def _forward(self, x, training):  # noqa: ANN001, ANN202
+            for layer in self.block:
+                x = layer(x, training=training) if _takes_training(layer) else layer(x)
+            return x
+
+        def call(self, x, training=None):  # noqa: ANN001, ANN201
+            if not training:  # inference (and the symbolic build) keeps nothing for a backward pass
+                return self._forward(x, training)
+            return keras.remat(lambda inputs: self._forward(inputs, training))(x)
+
+    return RematBlock
+
+
+def _takes_training(layer) -> bool:  # noqa: ANN001
+    import keras
+
+    return isinstance(layer, (keras.layers.BatchNormalization, keras.layers.SpatialDropout3D))
+
+
+def build_unet(
+    cfg: ModelConfig, *, channels: int, num_classes: int, activation: str | None = None, name: str = "unet3d"
+) -> keras.Model:
     """Build a 3D U-Net with a free spatial input shape (patches in training, volumes at inference).
 
     Args:
-        cfg: depth, base filters (doubled per level), kernel size, normalisation, dropout.
+        cfg: depth, base filters (doubled per level), kernel size, normalisation, dropout, remat.
         channels: input modalities.
-        num_classes: 1 -> one sigmoid channel (binary); K > 1 -> K softmax channels.
+        num_classes: output channels.
+        activation: ``sigmoid`` (binary, or one channel per region) or ``softmax`` (one channel
+            per label value); default sigmoid for one channel, softmax for more.
 
     Raises:
         ValueError: when ``groups`` does not divide the filters of group normalisation.
@@ -72,13 +123,15 @@ def build_unet(cfg: "ModelConfig", *, channels: int, num_classes: int, name: str
     for level in range(cfg.depth - 1):
         x = _conv_block(x, cfg.filters * 2**level, cfg, f"down{level}")
         skips.append(x)
-        x = keras.layers.MaxPooling3D(2, name=f"pool{level}")(x)
+        # pooled in float32: TensorFlow has no float16 MaxPool3D kernel on the CPU, so a
+        # mixed_float16 model would not run there; the cast around one pooling is cheap
+        x = keras.layers.MaxPooling3D(2, name=f"pool{level}", dtype="float32")(x)
     x = _conv_block(x, cfg.filters * 2 ** (cfg.depth - 1), cfg, "bottom")
     for level in reversed(range(cfg.depth - 1)):
         x = keras.layers.Conv3DTranspose(cfg.filters * 2**level, 2, strides=2, name=f"up{level}_tconv")(x)
         x = keras.layers.Concatenate(axis=-1, name=f"up{level}_concat")([x, skips[level]])
         x = _conv_block(x, cfg.filters * 2**level, cfg, f"up{level}")
-    activation = "sigmoid" if num_classes == 1 else "softmax"
+    activation = activation or ("sigmoid" if num_classes == 1 else "softmax")
     # float32 output even under mixed precision: the loss needs full precision
     outputs = keras.layers.Conv3D(num_classes, 1, activation=activation, dtype="float32", name="segmentation")(x)
     return keras.Model(inputs, outputs, name=name)

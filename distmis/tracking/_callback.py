@@ -49,8 +49,12 @@ class MlflowTrialCallback(Callback):
         from distmis.tuning._keys import sampled_params
 
         searched = sampled_params(trial.config or {})  # grid / fixed points: the point's names, not "grid_point"
-        self.tracker.trial_started(trial.trial_id, trial.trial_id, self._params(trial),
-                                   {**self._tags(), "distmis.searched": ", ".join(sorted(searched))})
+        self.tracker.trial_started(
+            trial.trial_id,
+            trial.trial_id,
+            self._params(trial),
+            {**self._tags(), "distmis.searched": ", ".join(sorted(searched))},
+        )
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
         if "epoch" not in result:
@@ -58,14 +62,22 @@ class MlflowTrialCallback(Callback):
         if result.get("training_iteration") == 1 and result.get("trial_started_at"):
             # where the time before training went (read back by the comparison notebook)
             overhead = float(result["finished_at"]) - float(result["trial_started_at"]) - float(result["epoch_seconds"])
-            self.tracker.trial_tags(trial.trial_id, {
-                "distmis.group_startup_seconds": repr(float(result.get("group_startup_seconds", 0.0))),
-                "distmis.warm": str(bool(result.get("warm_start"))).lower(),
-                "distmis.overhead_seconds": repr(overhead), "distmis.slot": str(result.get("trial_pid", "")),
-            })
+            self.tracker.trial_tags(
+                trial.trial_id,
+                {
+                    "distmis.group_startup_seconds": repr(float(result.get("group_startup_seconds", 0.0))),
+                    "distmis.warm": str(bool(result.get("warm_start"))).lower(),
+                    "distmis.overhead_seconds": repr(overhead),
+                    "distmis.slot": str(result.get("trial_pid", "")),
+                },
+            )
         metrics = {k: result[k] for k in EPOCH_METRICS if k in result}
-        self.tracker.trial_result(trial.trial_id, int(result["epoch"]), metrics,
-                                  float(result.get("trial_reported_at", time.time())))
+        metrics.update(
+            {k: v for k, v in result.items() if k.startswith(("val_dice_", "val_iou_")) and isinstance(v, (int, float))}
+        )  # per class / region
+        self.tracker.trial_result(
+            trial.trial_id, int(result["epoch"]), metrics, float(result.get("trial_reported_at", time.time()))
+        )
 
     def _finish(self, trial: Any, status: str) -> None:
         from distmis.tuning._keys import FAILURE
@@ -74,9 +86,11 @@ class MlflowTrialCallback(Callback):
         last = trial.last_result or {}
         if last.get(FAILURE):  # its configuration could not be trained: reported once, as a failure
             status = "FAILED"
-        tags = {"distmis.status": "ERROR" if status == "FAILED" else "TERMINATED",
-                "distmis.epochs": str(epochs),
-                "distmis.stopped_early": str(status != "FAILED" and epochs < self.epochs).lower()}
+        tags = {
+            "distmis.status": "ERROR" if status == "FAILED" else "TERMINATED",
+            "distmis.epochs": str(epochs),
+            "distmis.stopped_early": str(status != "FAILED" and epochs < self.epochs).lower(),
+        }
         if last.get(FAILURE):
             tags["distmis.error"] = str(last[FAILURE])[:500]
         # measured trial interval (Unix seconds): timelines and time-to-target from MLflow alone

@@ -22,20 +22,29 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from distmis.console import notify
 from distmis.exceptions import TrackingError
 from distmis.files import write_json_atomic
 from distmis.tracking._uri import experiment_id, mlflow_client, redact_uri
 
 STATE_FILE = "mlflow.json"
 PENDING_FILE = "mlflow_pending.json"
-EPOCH_METRICS = ("loss", "dice", "val_loss", "val_dice", "val_iou", "lr", "epoch_seconds", "train_seconds",
-                 "samples_per_second")
+EPOCH_METRICS = (
+    "loss",
+    "dice",
+    "val_loss",
+    "val_dice",
+    "val_iou",
+    "lr",
+    "epoch_seconds",
+    "train_seconds",
+    "samples_per_second",
+)
 #: back-off between delivery attempts while MLflow does not answer (seconds, doubling)
 BACKOFF_START, BACKOFF_MAX = 1.0, 30.0
 
@@ -59,11 +68,11 @@ class _Channel:
     tracker), and every copy must feed the same queue, in order, through one sender.
     """
 
-    _registry: dict[str, "_Channel"] = {}
+    _registry: dict[str, _Channel] = {}
     _registry_lock = threading.Lock()
 
     @classmethod
-    def of(cls, uri: str, out: Path) -> "_Channel":
+    def of(cls, uri: str, out: Path) -> _Channel:
         key = str(Path(out).resolve())
         with cls._registry_lock:
             channel = cls._registry.get(key)
@@ -138,11 +147,12 @@ class _Channel:
                     self.execute(op)
                 except Exception as exc:  # noqa: BLE001 - any client/network error: keep the op, go on training
                     if not self._warned:
-                        print(
-                            f"distmis: warning: MLflow at {redact_uri(self.uri)} is unreachable ({type(exc).__name__}: "
-                            f"{redact_uri(str(exc).splitlines()[0][:200] if str(exc) else '')}); training goes on, "
-                            f"tracking is queued in {self.out / PENDING_FILE} and sent when the server is back",
-                            file=sys.stderr, flush=True)
+                        notify(
+                            f"distmis: warning: MLflow at {redact_uri(self.uri)} is unreachable "
+                            f"({type(exc).__name__}: {redact_uri(str(exc).splitlines()[0][:200] if str(exc) else '')}); "
+                            f"training goes on, tracking is queued in {self.out / PENDING_FILE} and sent when the "
+                            "server is back"
+                        )
                         self._warned = True
                     self.save()
                     return False
@@ -150,8 +160,7 @@ class _Channel:
                     if self.queue and self.queue[0] is op:
                         self.queue.pop(0)
             if self._warned:
-                print(f"distmis: MLflow at {redact_uri(self.uri)} reachable again; queued tracking sent",
-                      file=sys.stderr, flush=True)
+                notify(f"distmis: MLflow at {redact_uri(self.uri)} reachable again; queued tracking sent")
                 self._warned = False
             self.save()
             return True
@@ -160,7 +169,8 @@ class _Channel:
         """Wait (bounded) until the sender has delivered everything; ``True`` if it did."""
         self._ensure_sender()
         self._wake.set()
-        deadline = time.monotonic() + seconds
+        started = time.monotonic()
+        deadline = started + seconds
         announced = 0.0
         while True:
             with self.lock:
@@ -170,9 +180,10 @@ class _Channel:
             now = time.monotonic()
             if now >= deadline:
                 return False
-            if now - announced > 10:
-                print(f"distmis: waiting up to {deadline - now:.0f} s for MLflow to receive {left} queued "
-                      "operation(s)", file=sys.stderr, flush=True)
+            if now - started > 2 and now - announced > 10:
+                notify(
+                    f"distmis: waiting up to {deadline - now:.0f} s for MLflow to receive {left} queued operation(s)"
+                )
                 announced = now
             self._wake.set()
             time.sleep(0.2)
@@ -202,7 +213,9 @@ class _Channel:
             for i in range(0, len(params), 100):
                 self.client.log_batch(run.info.run_id, params=params[i : i + 100])
         elif kind == "metrics":
-            metrics = [Metric(k, float(v), int(op["timestamp"] * 1000), int(op["step"])) for k, v in op["metrics"].items()]
+            metrics = [
+                Metric(k, float(v), int(op["timestamp"] * 1000), int(op["step"])) for k, v in op["metrics"].items()
+            ]
             self.client.log_batch(self.run_id(op["run"]), metrics=metrics)
         elif kind == "tags":
             self.client.log_batch(self.run_id(op["run"]), tags=[RunTag(k, str(v)) for k, v in op["tags"].items()])
@@ -222,6 +235,9 @@ class _Channel:
             raise ValueError(f"unknown tracking operation {kind!r}")
 
 
+_LIVE_URIS: dict[str, str] = {}  # redacted address -> the address with credentials, this process only
+
+
 class SearchTracker:
     """Parent and child runs of one search; every call is queued, persisted and sent in the background.
 
@@ -234,12 +250,17 @@ class SearchTracker:
         self.uri = uri
         self.experiment = experiment
         self.out = Path(out)
+        _LIVE_URIS[redact_uri(uri)] = uri
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"uri": self.uri, "experiment": self.experiment, "out": str(self.out)}
+        # Tune writes its callbacks into tuner.pkl: the credentials must not go with them
+        return {"uri": redact_uri(self.uri), "experiment": self.experiment, "out": str(self.out)}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["uri"], state["experiment"], Path(state["out"]))  # type: ignore[misc]
+        # in this process (Tune's own copies, or a ``--resume`` that was given them again)
+        # the address gets its credentials back; elsewhere MLflow's own variables supply them
+        uri = _LIVE_URIS.get(state["uri"], state["uri"])
+        self.__init__(uri, state["experiment"], Path(state["out"]))  # type: ignore[misc]
 
     @property
     def channel(self) -> _Channel:
@@ -277,9 +298,13 @@ class SearchTracker:
             try:
                 self.client.get_run(self.state["parent_run_id"])
             except Exception as exc:  # noqa: BLE001
-                raise TrackingError(f"MLflow at {redact_uri(self.uri)}: cannot reattach to parent run "
-                                    f"{self.state['parent_run_id']}: {str(exc).splitlines()[0][:300]}") from None
-            self._submit({"op": "tags", "run": "parent", "tags": {"distmis.resumed_at": time.strftime("%Y-%m-%dT%H:%M:%S")}})
+                raise TrackingError(
+                    f"MLflow at {redact_uri(self.uri)}: cannot reattach to parent run "
+                    f"{self.state['parent_run_id']}: {str(exc).splitlines()[0][:300]}"
+                ) from None
+            self._submit(
+                {"op": "tags", "run": "parent", "tags": {"distmis.resumed_at": time.strftime("%Y-%m-%dT%H:%M:%S")}}
+            )
             self._submit({"op": "update", "run": "parent", "fields": {"status": "RUNNING"}})
             return self.state["parent_run_id"]
         try:
@@ -293,8 +318,14 @@ class SearchTracker:
             ) from None
         with self.channel.lock:
             # the address is stored without credentials: --resume asks for them again
-            self.state.update({"tracking_uri": redact_uri(self.uri), "experiment": self.experiment,
-                               "experiment_id": exp_id, "parent_run_id": parent.info.run_id})
+            self.state.update(
+                {
+                    "tracking_uri": redact_uri(self.uri),
+                    "experiment": self.experiment,
+                    "experiment_id": exp_id,
+                    "parent_run_id": parent.info.run_id,
+                }
+            )
             self.channel.save()
         self._submit({"op": "params", "run": "parent", "params": params})
         for path in artifacts:
@@ -306,8 +337,15 @@ class SearchTracker:
             if trial_id in self.state["trials"]:
                 return  # resumed: same child run
             self.state["trials"][trial_id] = {"run_id": None, "last_step": 0}
-        self._submit({"op": "create_child", "trial": trial_id, "name": name, "params": params,
-                      "tags": {"distmis.trial_id": trial_id, **tags}})
+        self._submit(
+            {
+                "op": "create_child",
+                "trial": trial_id,
+                "name": name,
+                "params": params,
+                "tags": {"distmis.trial_id": trial_id, **tags},
+            }
+        )
 
     def trial_result(self, trial_id: str, step: int, metrics: dict[str, float], timestamp: float) -> None:
         with self.channel.lock:
@@ -337,15 +375,25 @@ class SearchTracker:
         killed and not yet in Tune's snapshot; ``--resume`` samples a new trial instead)."""
         abandoned = [t for t, v in self.state["trials"].items() if t not in known_trials and not v.get("finished")]
         for trial_id in abandoned:
-            self._submit({"op": "tags", "run": trial_id, "tags": {"distmis.status": "ABANDONED", "distmis.abandoned": "true"}})
+            self._submit(
+                {"op": "tags", "run": trial_id, "tags": {"distmis.status": "ABANDONED", "distmis.abandoned": "true"}}
+            )
             self._submit({"op": "terminate", "run": trial_id, "status": "KILLED"})
             with self.channel.lock:
                 self.state["trials"][trial_id]["finished"] = True
         self.channel.save()
         return abandoned
 
-    def finish(self, *, metrics: dict[str, float], tags: dict[str, str], plots: list[Path], files: list[Path],
-               status: str, wait_seconds: float = 0.0) -> bool:
+    def finish(
+        self,
+        *,
+        metrics: dict[str, float],
+        tags: dict[str, str],
+        plots: list[Path],
+        files: list[Path],
+        status: str,
+        wait_seconds: float = 0.0,
+    ) -> bool:
         """Close the parent run; returns whether everything reached MLflow (else it stays queued).
 
         Waits (bounded by ``wait_seconds``) for the background sender to deliver everything.

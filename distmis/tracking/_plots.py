@@ -25,7 +25,7 @@ def _distribution(spec: ParamSpec):  # noqa: ANN202
         return FloatDistribution(*spec.uniform)
     if spec.randint is not None:
         return IntDistribution(spec.randint[0], spec.randint[1] - 1)
-    return CategoricalDistribution(spec.choice)
+    return CategoricalDistribution(list(spec.choice or []))
 
 
 def _parse(value: str, spec: ParamSpec) -> Any:
@@ -87,7 +87,7 @@ def optuna_plots(out: Path, config: ExperimentConfig, rows: list[dict[str, str]]
                 params[name], dists[name] = _parse(r[name], spec), _distribution(spec)
         study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=float(value)))
     made = []
-    plots = {
+    plots: dict[str, Any] = {
         "optimization_history": optuna.visualization.matplotlib.plot_optimization_history,
         "param_importances": optuna.visualization.matplotlib.plot_param_importances,
         "parallel_coordinate": optuna.visualization.matplotlib.plot_parallel_coordinate,

@@ -60,10 +60,28 @@ def artifact_root(uri: str, experiment: str) -> str | None:
     return None  # a tracking server decides (``--default-artifact-root`` / ``--serve-artifacts``)
 
 
+#: MLflow 3's UI opens an experiment on its GenAI overview unless it is marked as model training
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
+
+
 def experiment_id(client: Any, uri: str, name: str) -> str:
-    """The id of experiment ``name``, created (artifacts beside a local SQLite store) if missing."""
+    """The id of experiment ``name``, created (artifacts beside a local SQLite store) if missing,
+    and marked as a model-training experiment so the UI opens on its training runs."""
     exp = client.get_experiment_by_name(name)
-    return exp.experiment_id if exp else client.create_experiment(name, artifact_location=artifact_root(uri, name))
+    if exp is None:
+        return client.create_experiment(
+            name, artifact_location=artifact_root(uri, name), tags={EXPERIMENT_KIND[0]: EXPERIMENT_KIND[1]}
+        )
+    if EXPERIMENT_KIND[0] not in (exp.tags or {}):
+        client.set_experiment_tag(exp.experiment_id, *EXPERIMENT_KIND)
+    return exp.experiment_id
 
 
-__all__ = ["default_tracking_uri", "experiment_id", "mlflow_client", "reattach_uri", "redact_uri", "resolve_tracking_uri"]
+__all__ = [
+    "default_tracking_uri",
+    "experiment_id",
+    "mlflow_client",
+    "reattach_uri",
+    "redact_uri",
+    "resolve_tracking_uri",
+]

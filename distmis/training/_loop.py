@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,8 +25,9 @@ import numpy as np
 from distmis.data import Manifest, eval_batches, make_dataset
 from distmis.exceptions import TrainingError
 from distmis.files import atomic_file
+from distmis.labels import class_names
+from distmis.model import build_optimizer, build_unet, class_scores, get_loss
 from distmis.training._runtime import configured_threads
-from distmis.model import build_optimizer, build_unet, dice_score, get_loss, iou_score
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -50,9 +51,26 @@ class EpochMetrics:
     samples_per_second: float
     # wall-clock time (Unix seconds) at the end of the epoch: time-to-target and timelines
     finished_at: float = 0.0
+    # per class / region: val_dice_<name>, val_iou_<name> (multi-class and region models)
+    classes: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, float]:
-        return dict(self.__dict__)
+        out = {k: v for k, v in self.__dict__.items() if k != "classes"}
+        out.update(self.classes)
+        return out
+
+    @classmethod
+    def from_dict(cls, row: dict[str, Any]) -> EpochMetrics:
+        """The inverse of :meth:`as_dict` (rows of ``metrics.csv`` and checkpoint histories)."""
+        known = {f.name for f in fields(cls)} - {"classes"}
+        return cls(
+            **{k: float(v) if k != "epoch" else int(float(v)) for k, v in row.items() if k in known},  # type: ignore[arg-type]
+            classes={k: float(v) for k, v in row.items() if k not in known},
+        )
+
+    @staticmethod
+    def base_fields() -> list[str]:
+        return [f.name for f in fields(EpochMetrics) if f.name != "classes"]
 
 
 def _warmup_schedule(base_lr: float, peak_lr: float, warmup_steps: int):  # noqa: ANN202
@@ -81,7 +99,9 @@ class Trainer:
         strategy: ``None`` for the default (single-worker) strategy.
     """
 
-    def __init__(self, config: "ExperimentConfig", manifest: Manifest, *, strategy: "tf.distribute.Strategy | None" = None) -> None:
+    def __init__(
+        self, config: ExperimentConfig, manifest: Manifest, *, strategy: tf.distribute.Strategy | None = None
+    ) -> None:
         import keras
         import tensorflow as tf
 
@@ -106,7 +126,9 @@ class Trainer:
         self.steps_per_epoch = tc.steps_per_epoch or max(1, n_train // self.global_batch)
         self.n_val = manifest.num_cases("val")
         if tc.patch is not None and any(p > s for p, s in zip(tc.patch, manifest.shape, strict=True)):
-            raise TrainingError(f"train.patch {list(tc.patch)} is larger than the prepared volumes {list(manifest.shape)}")
+            raise TrainingError(
+                f"train.patch {list(tc.patch)} is larger than the prepared volumes {list(manifest.shape)}"
+            )
 
         keras.mixed_precision.set_dtype_policy(tc.precision)
         keras.utils.set_random_seed(tc.seed)
@@ -116,8 +138,27 @@ class Trainer:
         lr: Any = self.peak_lr
         if warmup_steps and scale != 1:
             lr = _warmup_schedule(config.optimizer.lr, self.peak_lr, warmup_steps)
+        mode = manifest.label_mode
+        self.exclusive = mode == "multiclass"  # softmax: background channel excluded from scores
+        names = class_names(manifest.labels, mode, manifest.num_classes, manifest.regions)
+        self.class_count = len(names)
+        # a multi-class model with regions configured is also scored per region (from its labels)
+        self.metric_regions: list[list[int]] = []
+        if mode == "multiclass" and manifest.regions:
+            from distmis.labels import metric_suffix
+
+            for region, values in manifest.regions.items():
+                if all(v < manifest.num_classes for v in values):
+                    self.metric_regions.append(list(values))
+                    names.append(metric_suffix(region))
+        self.score_names = names
         with self.strategy.scope():
-            self.model = build_unet(config.model, channels=manifest.channels, num_classes=manifest.num_classes)
+            self.model = build_unet(
+                config.model,
+                channels=manifest.channels,
+                num_classes=manifest.num_classes,
+                activation="softmax" if self.exclusive else "sigmoid",
+            )
             optimizer = build_optimizer(config.optimizer, learning_rate=lr)
             if tc.precision == "mixed_float16":
                 optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
@@ -125,7 +166,7 @@ class Trainer:
             self.optimizer.build(self.model.trainable_variables)
         keras.mixed_precision.set_dtype_policy("float32")  # do not leak into later trials of this process
 
-        self._loss_fn = get_loss(tc.loss)
+        self._loss_fn = get_loss(tc.loss, mode)
         self._train_iter = iter(self.strategy.distribute_datasets_from_function(self._train_dataset_fn))
         # one input pipeline per worker; each step consumes one per-replica batch per local replica
         per_worker_batch = tc.batch_size_per_replica * max(1, self.replicas // self.num_workers)
@@ -135,7 +176,7 @@ class Trainer:
         self.epoch = 0
 
     # ------------------------------------------------------------------ input
-    def _train_dataset_fn(self, ctx: "tf.distribute.InputContext") -> "tf.data.Dataset":
+    def _train_dataset_fn(self, ctx: tf.distribute.InputContext) -> tf.data.Dataset:
         tc = self.config.train
         return make_dataset(
             self.manifest,
@@ -150,7 +191,7 @@ class Trainer:
             threads=configured_threads(),
         )
 
-    def _val_dataset_fn(self, ctx: "tf.distribute.InputContext") -> "tf.data.Dataset":
+    def _val_dataset_fn(self, ctx: tf.distribute.InputContext) -> tf.data.Dataset:
         per_replica = ctx.get_per_replica_batch_size(self.global_batch)
         replicas_per_pipeline = max(1, ctx.num_replicas_in_sync // ctx.num_input_pipelines)
         return make_dataset(
@@ -168,8 +209,15 @@ class Trainer:
     def _make_train_step(self):  # noqa: ANN202
         import tensorflow as tf
 
-        model, optimizer, strategy, loss_fn, gb = self.model, self.optimizer, self.strategy, self._loss_fn, self.global_batch
+        model, optimizer, strategy, loss_fn, gb = (
+            self.model,
+            self.optimizer,
+            self.strategy,
+            self._loss_fn,
+            self.global_batch,
+        )
         scaled = self.config.train.precision == "mixed_float16"
+        exclusive, classes = self.exclusive, self.class_count
 
         def step(image: tf.Tensor, label: tf.Tensor, weight: tf.Tensor) -> tuple[tf.Tensor, ...]:
             with tf.GradientTape() as tape:
@@ -181,7 +229,8 @@ class Trainer:
                 to_diff = optimizer.scale_loss(loss) if scaled else loss
             grads = tape.gradient(to_diff, model.trainable_variables)
             optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
-            return tf.reduce_sum(per_example), tf.reduce_sum(dice_score(label, pred) * weight), tf.reduce_sum(weight)
+            dice = tf.reduce_mean(class_scores(label, pred, exclusive)[0][:, : max(classes, 1)], axis=-1)
+            return tf.reduce_sum(per_example), tf.reduce_sum(dice * weight), tf.reduce_sum(weight)
 
         @tf.function
         def train_step(iterator):  # noqa: ANN001, ANN202
@@ -194,14 +243,21 @@ class Trainer:
         import tensorflow as tf
 
         model, strategy, loss_fn = self.model, self.strategy, self._loss_fn
+        exclusive, regions, classes = self.exclusive, self.metric_regions, max(self.class_count, 1)
 
         def step(image: tf.Tensor, label: tf.Tensor, weight: tf.Tensor) -> tuple[tf.Tensor, ...]:
             pred = model(image, training=False)
+            dice, iou = class_scores(label, pred, exclusive, regions)  # [batch, classes (+ regions)]
+            w = weight[:, tf.newaxis]
             return (
                 tf.reduce_sum(loss_fn(label, pred) * weight),
-                tf.reduce_sum(dice_score(label, pred) * weight),
-                tf.reduce_sum(iou_score(label, pred) * weight),
+                tf.reduce_sum(tf.reduce_mean(dice[:, :classes], axis=-1) * weight),
+                tf.reduce_sum(tf.reduce_mean(iou[:, :classes], axis=-1) * weight),
                 tf.reduce_sum(weight),
+                # per-class sums over examples, reduced over every replica like the rest: the
+                # global value, not one worker's shard
+                tf.reduce_sum(dice * w, axis=0),
+                tf.reduce_sum(iou * w, axis=0),
             )
 
         @tf.function
@@ -227,21 +283,34 @@ class Trainer:
         n = max(totals[2], 1.0)
         return totals[0] / n, totals[1] / n, seconds
 
-    def evaluate(self) -> dict[str, float]:
-        """Global validation metrics over every validation case (each counted once)."""
+    def evaluate(self) -> tuple[dict[str, float], dict[str, float]]:
+        """Global validation metrics over every validation case (each counted once), and the
+        per-class / per-region ones (``val_dice_<name>``, ``val_iou_<name>``)."""
+        names = self.score_names
         if not self._val_steps:
-            return {"val_loss": math.nan, "val_dice": math.nan, "val_iou": math.nan}
+            nan = math.nan
+            return (
+                {"val_loss": nan, "val_dice": nan, "val_iou": nan},
+                {f"val_{k}_{n}": nan for n in names for k in ("dice", "iou")},
+            )
         it = iter(self.strategy.distribute_datasets_from_function(self._val_dataset_fn))
         totals = np.zeros(4)
+        per_class = np.zeros((2, len(names) or 1))
         for _ in range(self._val_steps):
-            totals += [float(t) for t in self._eval_step(it)]
+            out = self._eval_step(it)
+            totals += [float(t) for t in out[:4]]
+            per_class += np.stack([np.asarray(out[4]), np.asarray(out[5])])
         n = max(totals[3], 1.0)
-        return {"val_loss": totals[0] / n, "val_dice": totals[1] / n, "val_iou": totals[2] / n}
+        classes = {}
+        for i, name in enumerate(names):
+            classes[f"val_dice_{name}"] = float(per_class[0, i] / n)
+            classes[f"val_iou_{name}"] = float(per_class[1, i] / n)
+        return {"val_loss": totals[0] / n, "val_dice": totals[1] / n, "val_iou": totals[2] / n}, classes
 
     def run_epoch(self) -> EpochMetrics:
         start = time.perf_counter()
         loss, dice, train_seconds = self.train_epoch()
-        val = self.evaluate()
+        val, classes = self.evaluate()
         self.epoch += 1
         return EpochMetrics(
             epoch=self.epoch,
@@ -252,6 +321,7 @@ class Trainer:
             train_seconds=train_seconds,
             samples_per_second=self.steps_per_epoch * self.global_batch / max(train_seconds, 1e-9),
             finished_at=time.time(),
+            classes=classes,
             **val,
         )
 
@@ -266,8 +336,9 @@ class Trainer:
         arrays.update({f"optimizer/{key}": np.asarray(v.numpy()) for key, v in optimizer_variables(self.optimizer)})
         return arrays
 
-    def load_state_arrays(self, arrays: dict[str, np.ndarray], *, with_optimizer: bool = True,
-                          source: str = "checkpoint") -> None:
+    def load_state_arrays(
+        self, arrays: dict[str, np.ndarray], *, with_optimizer: bool = True, source: str = "checkpoint"
+    ) -> None:
         """Assign saved arrays by variable path, checking every name and shape first.
 
         Raises:
@@ -309,8 +380,10 @@ def assign_by_path(variables: list[Any], arrays: dict[str, np.ndarray], *, prefi
     if saved and all(k.isdigit() for k in saved):  # the old positional format
         ordered = [saved[k] for k in sorted(saved)]
         if len(ordered) != len(variables):
-            raise TrainingError(f"{source}: holds {len(ordered)} variables, the configured model has "
-                                f"{len(variables)}: was it written for another model configuration?")
+            raise TrainingError(
+                f"{source}: holds {len(ordered)} variables, the configured model has "
+                f"{len(variables)}: was it written for another model configuration?"
+            )
         saved = {v.path: a for v, a in zip(variables, ordered, strict=True)}
     wanted = {v.path: v for v in variables}
     missing = sorted(set(wanted) - set(saved))
@@ -319,11 +392,14 @@ def assign_by_path(variables: list[Any], arrays: dict[str, np.ndarray], *, prefi
         raise TrainingError(
             f"{source}: its variables do not match the configured model (missing {missing[:3]}"
             f"{'...' if len(missing) > 3 else ''}, unexpected {extra[:3]}{'...' if len(extra) > 3 else ''}): "
-            "was it written for another model configuration?")
+            "was it written for another model configuration?"
+        )
     for path, var in wanted.items():
         if tuple(var.shape) != saved[path].shape:
-            raise TrainingError(f"{source}: variable {path} has shape {saved[path].shape}, the configured model "
-                                f"expects {tuple(var.shape)}")
+            raise TrainingError(
+                f"{source}: variable {path} has shape {saved[path].shape}, the configured model "
+                f"expects {tuple(var.shape)}"
+            )
     for path, var in wanted.items():
         var.assign(saved[path])
 
@@ -331,7 +407,7 @@ def assign_by_path(variables: list[Any], arrays: dict[str, np.ndarray], *, prefi
 def save_arrays(path: Path, arrays: dict[str, np.ndarray]) -> None:
     """Write arrays to ``path`` (``.npz``) atomically."""
     with atomic_file(path) as tmp, open(tmp, "wb") as fh:
-        np.savez(fh, **arrays)
+        np.savez(fh, **arrays)  # type: ignore[arg-type]  # numpy types the keyword arrays as allow_pickle
 
 
 def load_arrays(path: Path) -> dict[str, np.ndarray]:

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from distmis.files import atomic_directory, atomic_file, write_json_atomic
 from distmis.config import ExperimentConfig, dump_config
 from distmis.data import load_manifest
 from distmis.exceptions import TrainingError
+from distmis.files import atomic_directory, atomic_file, write_json_atomic
 from distmis.training._loop import EpochMetrics, Trainer, load_arrays, save_arrays
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ class FitResult:
     stopped_early: bool = False
 
 
-def _better(metric: str, mode: str, new: float, old: float | None) -> bool:
+def _better(metric: str, mode: str, new: float | None, old: float | None) -> bool:
     if new is None or math.isnan(new):
         return False
     if old is None or math.isnan(old):
@@ -61,6 +61,7 @@ def _preprocessing_record(manifest_info: dict[str, Any]) -> dict[str, Any]:
         "labels": manifest_info["labels"],
         "label_mode": manifest_info["label_mode"],
         "num_classes": manifest_info["num_classes"],
+        "regions": manifest_info.get("regions"),
         **manifest_info["preprocessing"],
     }
 
@@ -82,7 +83,11 @@ def read_checkpoint_state(directory: Path) -> dict[str, Any]:
         state = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise TrainingError(f"{path}: cannot read the checkpoint state ({exc})") from None
-    if not isinstance(state, dict) or not isinstance(state.get("epoch"), int) or not isinstance(state.get("history", []), list):
+    if (
+        not isinstance(state, dict)
+        or not isinstance(state.get("epoch"), int)
+        or not isinstance(state.get("history", []), list)
+    ):
         raise TrainingError(f"{path}: not a distmis checkpoint state (expected an object with an integer 'epoch')")
     return state
 
@@ -108,7 +113,7 @@ class RunSession:
         prepared: str | Path,
         run_dir: str | Path,
         *,
-        strategy: "tf.distribute.Strategy | None" = None,
+        strategy: tf.distribute.Strategy | None = None,
         resume_from: str | Path | None = None,
         metric: str = "val_dice",
         mode: str = "max",
@@ -123,7 +128,9 @@ class RunSession:
         self.best: dict[str, float] | None = None
         self.best_value: float | None = None
         self._single_worker = strategy is None
-        self._fields = list(EpochMetrics.__dataclass_fields__)
+        self._fields = EpochMetrics.base_fields() + [
+            f"val_{k}_{n}" for n in self.trainer.score_names for k in ("dice", "iou")
+        ]
         self._unreported: list[dict[str, float]] = []
         if resume_from is not None:
             self.restore(resume_from)  # first: a checkpoint that does not fit changes nothing on disk
@@ -156,8 +163,9 @@ class RunSession:
     def checkpoint_dir(self) -> Path:
         return self.run_dir / CHECKPOINT_DIR
 
-    def restore(self, checkpoint: str | Path, *, reported_epochs: int | None = None,
-                prefer_own: bool | None = None) -> None:
+    def restore(
+        self, checkpoint: str | Path, *, reported_epochs: int | None = None, prefer_own: bool | None = None
+    ) -> None:
         """Continue from ``checkpoint`` — or from this run directory's own checkpoint when that
         one is newer (``prefer_own``; by default for a single worker, whose run directory is
         its own; every worker of a group passes it, reading the chief's shared directory). Tune may hand back a checkpoint one epoch older than
@@ -197,9 +205,9 @@ class RunSession:
         finished run it trains nothing and returns the last epoch's metrics again.
         """
         if self._unreported:
-            return EpochMetrics(**self._unreported.pop(0))
+            return EpochMetrics.from_dict(self._unreported.pop(0))
         if self.done and self.history:
-            return EpochMetrics(**self.history[-1])
+            return EpochMetrics.from_dict(self.history[-1])
         metrics = self.trainer.run_epoch()
         row = metrics.as_dict()
         self.history.append(row)
@@ -210,7 +218,7 @@ class RunSession:
             self.best_value, self.best = value, row
         if self.is_chief:
             with open(self.run_dir / METRICS_CSV, "a", newline="") as fh:
-                csv.DictWriter(fh, fieldnames=self._fields).writerow(row)
+                csv.DictWriter(fh, fieldnames=self._fields, extrasaction="ignore").writerow(row)
             if improved:
                 self._write_best(arrays, row)
             state = {
@@ -236,6 +244,7 @@ def format_epoch(m: EpochMetrics, epochs: int) -> str:
     return (
         f"epoch {m.epoch:3d}/{epochs}  loss {m.loss:.4f}  dice {m.dice:.4f}  val_loss {m.val_loss:.4f}  "
         f"val_dice {m.val_dice:.4f}  {m.epoch_seconds:.1f}s  {m.samples_per_second:.1f} samples/s"
+        + "".join(f"  {k} {v:.4f}" for k, v in m.classes.items() if k.startswith("val_dice_"))
     )
 
 
@@ -244,7 +253,7 @@ def fit(
     prepared: str | Path,
     run_dir: str | Path,
     *,
-    strategy: "tf.distribute.Strategy | None" = None,
+    strategy: tf.distribute.Strategy | None = None,
     resume_from: str | Path | None = None,
     on_epoch: EpochCallback | None = None,
     metric: str = "val_dice",
@@ -258,7 +267,14 @@ def fit(
     (``None`` on non-chief workers); returning ``True`` stops training.
     """
     session = RunSession(
-        config, prepared, run_dir, strategy=strategy, resume_from=resume_from, metric=metric, mode=mode, is_chief=is_chief
+        config,
+        prepared,
+        run_dir,
+        strategy=strategy,
+        resume_from=resume_from,
+        metric=metric,
+        mode=mode,
+        is_chief=is_chief,
     )
     result = FitResult(run_dir=session.run_dir)
     while not session.done:

@@ -66,4 +66,3 @@ def configure_tensorflow(threads: float | int | None) -> int | None:
         except RuntimeError:
             pass  # already initialised: memory growth must be set before first use
     return applied
-

@@ -60,9 +60,21 @@ def configuration_failure(reason: str, started_at: float) -> dict[str, Any]:
 
     nan = math.nan
     return {
-        "epoch": 0, "loss": nan, "dice": nan, "val_loss": nan, "val_dice": nan, "val_iou": nan, "lr": nan,
-        "epoch_seconds": 0.0, "train_seconds": 0.0, "samples_per_second": 0.0, "finished_at": time.time(),
-        FAILURE: reason, STARTED_AT: started_at, REPORTED_AT: time.time(), "done": True,
+        "epoch": 0,
+        "loss": nan,
+        "dice": nan,
+        "val_loss": nan,
+        "val_dice": nan,
+        "val_iou": nan,
+        "lr": nan,
+        "epoch_seconds": 0.0,
+        "train_seconds": 0.0,
+        "samples_per_second": 0.0,
+        "finished_at": time.time(),
+        FAILURE: reason,
+        STARTED_AT: started_at,
+        REPORTED_AT: time.time(),
+        "done": True,
     }
 
 

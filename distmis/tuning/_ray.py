@@ -38,14 +38,20 @@ def use_private_token(address: str | None) -> None:
     if "ray._raylet" in sys.modules:
         # Ray read its auth settings when it was imported: refresh them, as Ray's own
         # token set-up does (ray._private.authentication.authentication_token_setup).
-        from ray._raylet import AuthenticationTokenLoader, Config
+        from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
 
         Config.initialize("")
         AuthenticationTokenLoader.instance().reset_cache()
 
 
-def init_ray(address: str | None, *, num_cpus: int | None = None, resources: dict[str, float] | None = None,
-             env_vars: dict[str, str] | None = None, include_dashboard: bool = False) -> dict[str, Any]:
+def init_ray(
+    address: str | None,
+    *,
+    num_cpus: int | None = None,
+    resources: dict[str, float] | None = None,
+    env_vars: dict[str, str] | None = None,
+    include_dashboard: bool = False,
+) -> dict[str, Any]:
     """Start or connect to Ray; returns the cluster's total resources.
 
     Raises:
@@ -64,6 +70,11 @@ def init_ray(address: str | None, *, num_cpus: int | None = None, resources: dic
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise ClusterError(f"cannot connect to the Ray cluster at {address}: {exc}") from None
     else:
-        ray.init(num_cpus=num_cpus, resources=resources, runtime_env=runtime_env, logging_level="warning",
-                 include_dashboard=include_dashboard)
+        ray.init(
+            num_cpus=num_cpus,
+            resources=resources,
+            runtime_env=runtime_env,
+            logging_level="warning",
+            include_dashboard=include_dashboard,
+        )
     return ray.cluster_resources()

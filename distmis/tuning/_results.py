@@ -11,8 +11,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from distmis.files import atomic_directory, write_json_atomic, write_text_atomic
 from distmis.config import ExperimentConfig, apply_params, dump_config
+from distmis.files import atomic_directory, write_json_atomic, write_text_atomic
 from distmis.tuning._keys import FAILURE, GROUP_STARTUP, NODE, PID, REPORTED_AT, STARTED_AT, WARM, sampled_params
 
 if TYPE_CHECKING:
@@ -67,14 +67,32 @@ class SearchSummary:
     def ok(self) -> bool:
         return self.failed == 0 and self.best_trial_id is not None
 
+    def description(self) -> str:
+        """A short summary for the MLflow run's description (Markdown)."""
+        best = (
+            f"Best trial **{self.best_trial_id}**: {self.metric} = {self.best_value:.4f} with "
+            f"{json.dumps(self.best_params)}."
+            if self.best_trial_id and self.best_value is not None
+            else "No trial reached a value."
+        )
+        return (
+            f"{best}\n\n{self.trials} trials: {self.finished} finished, {self.stopped_early} stopped early, "
+            f"{self.failed} failed; wall time {self.wall_seconds:.0f} s. Files: `{self.out}`."
+        )
+
     def print(self) -> None:
         from rich.console import Console
         from rich.table import Table
 
         table = Table(title=f"distmis search '{self.name}'", show_header=False)
-        table.add_row("best trial", f"{self.best_trial_id}  {self.metric}={self.best_value:.4f}" if self.best_trial_id else "none")
+        table.add_row(
+            "best trial", f"{self.best_trial_id}  {self.metric}={self.best_value:.4f}" if self.best_trial_id else "none"
+        )
         table.add_row("best params", json.dumps(self.best_params))
-        table.add_row("trials", f"{self.trials}: {self.finished} finished, {self.stopped_early} stopped early, {self.failed} failed")
+        table.add_row(
+            "trials",
+            f"{self.trials}: {self.finished} finished, {self.stopped_early} stopped early, {self.failed} failed",
+        )
         table.add_row("wall time", f"{self.wall_seconds:.1f} s")
         table.add_row("max concurrent trials seen", str(self.max_concurrent_observed))
         table.add_row("results", f"{self.out}/results.csv, best.yaml, best/")
@@ -91,7 +109,7 @@ def max_overlap(intervals: list[tuple[float, float]]) -> int:
     return best
 
 
-def _rows(grid: "ResultGrid", config: ExperimentConfig) -> list[TrialRow]:
+def _rows(grid: ResultGrid, config: ExperimentConfig) -> list[TrialRow]:
     metric, mode = config.search.metric, config.search.mode
     rows = []
     for result in grid:
@@ -107,7 +125,7 @@ def _rows(grid: "ResultGrid", config: ExperimentConfig) -> list[TrialRow]:
             col = df[metric].astype(float)
             idx = col.idxmax() if mode == "max" else col.idxmin()
             if not math.isnan(col[idx]):
-                best = {k: float(df.loc[idx, k]) for k in ("epoch", "val_dice", "val_loss", "val_iou", "dice", "loss") if k in df}
+                best = {k: float(df.loc[idx, k]) for k in ("epoch", *result_metrics(config)) if k in df}
             started = float(df[STARTED_AT].min()) if STARTED_AT in df else None
             finished = float(df[REPORTED_AT].max()) if REPORTED_AT in df else None
             timing = _first_epoch_timing(df)
@@ -120,7 +138,7 @@ def _rows(grid: "ResultGrid", config: ExperimentConfig) -> list[TrialRow]:
                 params=params,
                 epochs=epochs,
                 stopped_early=status != "ERROR" and epochs < config.train.epochs,
-                final={k: float(metrics[k]) for k in ("val_dice", "val_loss", "val_iou", "dice", "loss") if k in metrics},
+                final={k: float(metrics[k]) for k in result_metrics(config) if k in metrics},
                 best=best,
                 started_at=started,
                 finished_at=finished,
@@ -130,6 +148,12 @@ def _rows(grid: "ResultGrid", config: ExperimentConfig) -> list[TrialRow]:
             )
         )
     return sorted(rows, key=lambda r: r.trial_id)
+
+
+def result_metrics(config: ExperimentConfig) -> list[str]:
+    """The metrics results.csv reports: the standard ones and the search's own (a per-class one)."""
+    base = ["val_dice", "val_loss", "val_iou", "dice", "loss"]
+    return base if config.search.metric in base else [*base, config.search.metric]
 
 
 def _first_epoch_timing(df: Any) -> dict[str, Any]:
@@ -144,17 +168,33 @@ def _first_epoch_timing(df: Any) -> dict[str, Any]:
         return None if math.isnan(value) else value
 
     started, finished, seconds = number(STARTED_AT), number("finished_at"), number("epoch_seconds")
-    overhead = finished - started - seconds if None not in (started, finished, seconds) else None
+    overhead = (
+        finished - started - seconds if started is not None and finished is not None and seconds is not None else None
+    )
     warm = first.get(WARM) if WARM in df else None
     pid = number(PID)
-    return {"group_startup_seconds": number(GROUP_STARTUP), "warm": None if warm is None else bool(warm),
-            "overhead_seconds": overhead, "pid": int(pid) if pid is not None else None}
+    return {
+        "group_startup_seconds": number(GROUP_STARTUP),
+        "warm": None if warm is None else bool(warm),
+        "overhead_seconds": overhead,
+        "pid": int(pid) if pid is not None else None,
+    }
 
 
 def _csv(rows: list[TrialRow], metric_names: list[str]) -> str:
     param_names = sorted({k for r in rows for k in r.params})
     header = (
-        ["trial_id", "status", *param_names, "epochs", "stopped_early", "seconds", "started_at", "finished_at", "node_ip"]
+        [
+            "trial_id",
+            "status",
+            *param_names,
+            "epochs",
+            "stopped_early",
+            "seconds",
+            "started_at",
+            "finished_at",
+            "node_ip",
+        ]
         + [f"final_{m}" for m in metric_names]
         + [f"best_{m}" for m in metric_names]
         + ["best_epoch", "warm", "group_startup_seconds", "overhead_seconds", "error"]
@@ -164,23 +204,43 @@ def _csv(rows: list[TrialRow], metric_names: list[str]) -> str:
     w.writerow(header)
     for r in rows:
         w.writerow(
-            [r.trial_id, r.status, *[r.params.get(p, "") for p in param_names], r.epochs, r.stopped_early,
-             "" if r.seconds is None else f"{r.seconds:.2f}", r.started_at or "", r.finished_at or "", r.node_ip or ""]
+            [
+                r.trial_id,
+                r.status,
+                *[r.params.get(p, "") for p in param_names],
+                r.epochs,
+                r.stopped_early,
+                "" if r.seconds is None else f"{r.seconds:.2f}",
+                r.started_at or "",
+                r.finished_at or "",
+                r.node_ip or "",
+            ]
             + [r.final.get(m, "") for m in metric_names]
             + [r.best.get(m, "") for m in metric_names]
-            + [int(r.best["epoch"]) if "epoch" in r.best else "", "" if r.warm is None else r.warm,
-               "" if r.group_startup_seconds is None else f"{r.group_startup_seconds:.2f}",
-               "" if r.overhead_seconds is None else f"{r.overhead_seconds:.2f}", r.error or ""]
+            + [
+                int(r.best["epoch"]) if "epoch" in r.best else "",
+                "" if r.warm is None else r.warm,
+                "" if r.group_startup_seconds is None else f"{r.group_startup_seconds:.2f}",
+                "" if r.overhead_seconds is None else f"{r.overhead_seconds:.2f}",
+                r.error or "",
+            ]
         )
     return buf.getvalue()
 
 
-def summarise(config: ExperimentConfig, grid: "ResultGrid", out: Path, *, wall_seconds: float, prepared: Path,
-              started_at: float | None = None) -> SearchSummary:
+def summarise(
+    config: ExperimentConfig,
+    grid: ResultGrid,
+    out: Path,
+    *,
+    wall_seconds: float,
+    prepared: Path,
+    started_at: float | None = None,
+) -> SearchSummary:
     """Write results.csv, best.yaml, best/ and summary.json for a finished search."""
     rows = _rows(grid, config)
     metric, mode = config.search.metric, config.search.mode
-    write_text_atomic(out / "results.csv", _csv(rows, ["val_dice", "val_loss", "val_iou", "dice", "loss"]))
+    write_text_atomic(out / "results.csv", _csv(rows, result_metrics(config)))
     scored = [r for r in rows if metric in r.best]
     best = None
     if scored:
@@ -207,6 +267,7 @@ def summarise(config: ExperimentConfig, grid: "ResultGrid", out: Path, *, wall_s
         best_params=best.params if best else {},
         started_at=started_at,
     )
-    write_json_atomic(out / "summary.json", {**asdict(summary), "prepared": str(prepared),
-                                             "trials_detail": [asdict(r) for r in rows]})
+    write_json_atomic(
+        out / "summary.json", {**asdict(summary), "prepared": str(prepared), "trials_detail": [asdict(r) for r in rows]}
+    )
     return summary

@@ -22,10 +22,11 @@ import time
 import warnings
 from pathlib import Path
 
-from distmis.files import check_output, marker_info, owned_output_directory, write_text_atomic
-from distmis.preflight import preflight
 from distmis.config import ExperimentConfig
+from distmis.console import quiet_output
 from distmis.exceptions import TuningError
+from distmis.files import check_output, marker_info, owned_output_directory, write_json_atomic, write_text_atomic
+from distmis.preflight import preflight
 from distmis.tracking import PENDING_FILE, STATE_FILE, SearchTracker
 from distmis.tuning._keys import GRID_KEY, STOP_REQUESTED
 from distmis.tuning._results import SearchSummary, summarise
@@ -37,8 +38,6 @@ JOURNAL = "optuna.journal"
 
 def experiment_dir(config: ExperimentConfig, out: str | os.PathLike[str] | None) -> Path:
     return Path(out or Path("runs") / config.name).resolve()
-
-
 
 
 def _check_out(out: Path, resume: bool) -> bool:
@@ -108,7 +107,6 @@ def _searcher(config: ExperimentConfig, out: Path):  # noqa: ANN202
     """(search_alg, param_space, num_samples) for the configured algorithm."""
     import optuna
     from ray import tune
-    from ray.tune.search.optuna import OptunaSearch
 
     s = config.search
     if s.algorithm == "points":
@@ -133,8 +131,10 @@ def _searcher(config: ExperimentConfig, out: Path):  # noqa: ANN202
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
+    from distmis.tuning._optuna_search import EpochReportingOptunaSearch
+
     storage = JournalStorage(JournalFileBackend(str(out / JOURNAL)))
-    searcher = OptunaSearch(
+    searcher = EpochReportingOptunaSearch(
         space=define_by_run(config.space),
         metric=s.metric,
         mode=s.mode,
@@ -153,7 +153,7 @@ def run_search(
     resume: bool = False,
     address: str | None = None,
     tracking_uri: str | None = None,
-    verbose: int = 1,
+    verbose: int = 0,
 ) -> SearchSummary:
     """Run (or resume) the search described by ``config``; returns its summary.
 
@@ -167,21 +167,23 @@ def run_search(
     use_private_token(address)  # before Ray is imported anywhere in this process
     from ray import tune
 
+    from distmis.data import load_manifest, resolve_prepared, verify_shards
     from distmis.tracking._callback import MlflowTrialCallback
     from distmis.tuning._interrupt import InterruptWatch
+    from distmis.tuning._progress import LiveProgress
     from distmis.tuning._trial import TrialContext, trainable_for, trial_resources
-
-    from distmis.data import load_manifest, resolve_prepared, verify_shards
 
     if not config.space:
         raise TuningError("space: the search space is empty")
+    phases = _Phases()
     out = experiment_dir(config, out)
     base_dir = Path(space_file).resolve().parent if space_file else Path.cwd()
     # everything that can be checked before work starts, before anything is written
-    preflight(config, path=space_file or "configuration", base_dir=base_dir)
+    preflight(config, path=Path(space_file) if space_file else "configuration", base_dir=base_dir)
     source = None if config.data.source == "synthetic" else (base_dir / Path(config.data.source).expanduser())
     check_output(out, option="--out", inputs={"data source": source, "search-space file": space_file})
     resume = _check_out(out, resume)
+    phases.mark("checks")
     start = time.time()
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "5")  # experiment state saved often: resumable after kill -9
     os.environ.setdefault("RAY_CHDIR_TO_TRIAL_DIR", "0")
@@ -196,13 +198,17 @@ def run_search(
         manifest = load_manifest(prepared)
         for split in ("train", "val"):  # a damaged shard is named now, not in every trial
             verify_shards(manifest, split)
-        cluster = init_ray(address, env_vars={"TF_CPP_MIN_LOG_LEVEL": "2",
-                                              "PYTHONWARNINGS": "ignore::DeprecationWarning"})
+        phases.mark("data")
+        cluster = init_ray(
+            address, env_vars={"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONWARNINGS": "ignore::DeprecationWarning"}
+        )
         import ray
 
         nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
         per_trial, concurrency = plan_concurrency(config, cluster, nodes)
+        phases.mark("ray_start")
         tracker = _start_tracking(config, out, tracking_uri, resume)  # fails fast, before any training
+        phases.mark("tracking_start")
 
     context = TrialContext(
         base_config=config.to_yaml_dict(),
@@ -215,8 +221,9 @@ def run_search(
         cpus_per_worker=config.parallelism.cpus_per_worker,
         gpus_per_worker=config.parallelism.gpus_per_worker,
     )
-    trainable = tune.with_resources(trainable_for(context), trial_resources(
-        context.workers, context.cpus_per_worker, context.gpus_per_worker))
+    trainable = tune.with_resources(
+        trainable_for(context), trial_resources(context.workers, context.cpus_per_worker, context.gpus_per_worker)
+    )
     if resume:
         tuner = tune.Tuner.restore(str(out / TUNE_DIR), trainable, resume_unfinished=True, resume_errored=True)
     else:
@@ -250,8 +257,24 @@ def run_search(
                 failure_config=tune.FailureConfig(max_failures=config.search.max_failures),
                 # every mode checkpoints through Tune every epoch (a group's chief writes the files)
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=2, checkpoint_frequency=1, checkpoint_at_end=True),
-                callbacks=[MlflowTrialCallback(tracker, base_config=context.base_config, epochs=config.train.epochs),
-                           InterruptWatch()],
+                callbacks=[
+                    MlflowTrialCallback(tracker, base_config=context.base_config, epochs=config.train.epochs),
+                    InterruptWatch(),
+                    *(
+                        [
+                            LiveProgress(
+                                name=config.name,
+                                metric=config.search.metric,
+                                mode=config.search.mode,
+                                epochs=config.train.epochs,
+                                trials=_planned_trials(config),
+                                concurrency=concurrency,
+                            )
+                        ]
+                        if not verbose
+                        else []
+                    ),
+                ],
                 verbose=verbose,
             ),
         )
@@ -265,22 +288,82 @@ def run_search(
     if STOP_REQUESTED.is_set():  # the wall-time warning came during start-up
         tracker.channel.wait_empty(config.tracking.final_flush_seconds)
         print("distmis: stop requested before the trials started; --resume starts the search", flush=True)
-        return SearchSummary(name=config.name, out=str(out), metric=config.search.metric, mode=config.search.mode,
-                             wall_seconds=time.time() - start, trials=0, finished=0, stopped_early=0, failed=0,
-                             max_concurrent_observed=0, started_at=start, interrupted=True)
-    grid = tuner.fit()
+        return SearchSummary(
+            name=config.name,
+            out=str(out),
+            metric=config.search.metric,
+            mode=config.search.mode,
+            wall_seconds=time.time() - start,
+            trials=0,
+            finished=0,
+            stopped_early=0,
+            failed=0,
+            max_concurrent_observed=0,
+            started_at=start,
+            interrupted=True,
+        )
+    # while the trials run, Ray's and TensorFlow's output goes to tune.log; the console gets the live view
+    phases.mark("tuner_setup")
+    with quiet_output(out / "tune.log", verbose=bool(verbose)) as log_path:
+        grid = tuner.fit()
+    phases.mark("trials")
+    if log_path is not None:
+        print(f"distmis: Ray Tune's and the trials' output: {log_path}", flush=True)
     unfinished = _unfinished_trials(grid)
     if STOP_REQUESTED.is_set() or unfinished:  # stopped on request (SIGUSR1, Ctrl-C): Tune saved its state
         tracker.channel.wait_empty(config.tracking.final_flush_seconds)  # MLflow runs stay open for --resume
-        print(f"distmis: search interrupted; unfinished trials continue from their last checkpoint with: "
-              f"distmis tune {space_file or '<file>'} --out {out} --resume", flush=True)
-        return SearchSummary(name=config.name, out=str(out), metric=config.search.metric, mode=config.search.mode,
-                             wall_seconds=time.time() - start, trials=0, finished=0, stopped_early=0, failed=0,
-                             max_concurrent_observed=0, started_at=start, interrupted=True)
+        print(
+            f"distmis: search interrupted; unfinished trials continue from their last checkpoint with: "
+            f"distmis tune {space_file or '<file>'} --out {out} --resume",
+            flush=True,
+        )
+        return SearchSummary(
+            name=config.name,
+            out=str(out),
+            metric=config.search.metric,
+            mode=config.search.mode,
+            wall_seconds=time.time() - start,
+            trials=0,
+            finished=0,
+            stopped_early=0,
+            failed=0,
+            max_concurrent_observed=0,
+            started_at=start,
+            interrupted=True,
+        )
     summary = summarise(config, grid, out, wall_seconds=time.time() - start, prepared=prepared, started_at=start)
+    phases.mark("results")
     _finish_tracking(tracker, config, out, summary)
+    phases.mark("plots_and_tracking_flush")
+    phases.write(out / "timings.json")
     summary.print()
     return summary
+
+
+class _Phases:
+    """Where a search's wall time went, phase by phase (``timings.json``: read by
+    ``benchmarks/tune_overhead.py`` to profile the fixed cost outside the trials)."""
+
+    def __init__(self) -> None:
+        self._last = time.perf_counter()
+        self.seconds: dict[str, float] = {}
+
+    def mark(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + now - self._last
+        self._last = now
+
+    def write(self, path: Path) -> None:
+        write_json_atomic(path, {k: round(v, 3) for k, v in self.seconds.items()})
+
+
+def _planned_trials(config: ExperimentConfig) -> int | None:
+    s = config.search
+    if s.algorithm == "points":
+        return len(s.points or [])
+    if s.algorithm == "grid":
+        return len(grid_points(config.space))
+    return s.num_samples
 
 
 def _unfinished_trials(grid) -> int:  # noqa: ANN001 - ray.tune.ResultGrid
@@ -304,21 +387,32 @@ def _start_tracking(config: ExperimentConfig, out: Path, tracking_uri: str | Non
     tracker = SearchTracker(uri, experiment, out)
     s, p = config.search, config.parallelism
     params = {
-        "search.algorithm": s.algorithm, "search.metric": s.metric, "search.mode": s.mode,
-        "search.num_samples": s.num_samples, "search.max_concurrent_trials": s.max_concurrent_trials,
-        "search.seed": s.seed, "search.scheduler": s.scheduler.type,
-        "search.grace_period": s.scheduler.grace_period, "search.reduction_factor": s.scheduler.reduction_factor,
-        "parallelism.mode": p.mode, "parallelism.workers_per_trial": p.workers_per_trial,
-        "parallelism.cpus_per_worker": p.cpus_per_worker, "parallelism.gpus_per_worker": p.gpus_per_worker,
-        "train.epochs": config.train.epochs, "space": ",".join(config.space),
+        "search.algorithm": s.algorithm,
+        "search.metric": s.metric,
+        "search.mode": s.mode,
+        "search.num_samples": s.num_samples,
+        "search.max_concurrent_trials": s.max_concurrent_trials,
+        "search.seed": s.seed,
+        "search.scheduler": s.scheduler.type,
+        "search.grace_period": s.scheduler.grace_period,
+        "search.reduction_factor": s.scheduler.reduction_factor,
+        "parallelism.mode": p.mode,
+        "parallelism.workers_per_trial": p.workers_per_trial,
+        "parallelism.cpus_per_worker": p.cpus_per_worker,
+        "parallelism.gpus_per_worker": p.gpus_per_worker,
+        "train.epochs": config.train.epochs,
+        "space": ",".join(config.space),
     }
     tags = {"distmis.out": str(out)}
     if config.tracking.parent_run_id:
         tags["mlflow.parentRunId"] = config.tracking.parent_run_id
     if os.environ.get("SLURM_JOB_ID"):
         tags["slurm.job_id"] = os.environ["SLURM_JOB_ID"]
-    run_id = tracker.start(params={k: str(v) for k, v in params.items()}, tags=tags,
-                           artifacts=[out / "search.yaml"] if (out / "search.yaml").is_file() else [])
+    run_id = tracker.start(
+        params={k: str(v) for k, v in params.items()},
+        tags=tags,
+        artifacts=[out / "search.yaml"] if (out / "search.yaml").is_file() else [],
+    )
     print(f"distmis: tracking to MLflow {redact_uri(uri)} (experiment '{experiment}', parent run {run_id})", flush=True)
     return tracker
 
@@ -334,16 +428,29 @@ def _finish_tracking(tracker: SearchTracker, config: ExperimentConfig, out: Path
     plots = search_plots(out, config)
     files = [out / "results.csv", out / "best.yaml", out / "summary.json"]
     done = tracker.finish(
-        metrics={f"best_{summary.metric}": summary.best_value, "trials": summary.trials, "finished": summary.finished,
-                 "stopped_early": summary.stopped_early, "failed": summary.failed,
-                 "wall_seconds": summary.wall_seconds, "started_at": summary.started_at or 0.0, "max_concurrent_trials_observed": summary.max_concurrent_observed},
-        tags={"distmis.best_trial_id": summary.best_trial_id or "", "distmis.best_params": json.dumps(summary.best_params)},
+        metrics={
+            f"best_{summary.metric}": summary.best_value if summary.best_value is not None else float("nan"),
+            "trials": summary.trials,
+            "finished": summary.finished,
+            "stopped_early": summary.stopped_early,
+            "failed": summary.failed,
+            "wall_seconds": summary.wall_seconds,
+            "started_at": summary.started_at or 0.0,
+            "max_concurrent_trials_observed": summary.max_concurrent_observed,
+        },
+        tags={
+            "distmis.best_trial_id": summary.best_trial_id or "",
+            "distmis.best_params": json.dumps(summary.best_params),
+            "mlflow.note.content": summary.description(),
+        },
         plots=plots,
         files=[f for f in files if f.is_file()],
         status="FINISHED" if summary.ok else "FAILED",
         wait_seconds=config.tracking.final_flush_seconds,
     )
     if not done:
-        print(f"distmis: warning: MLflow still unreachable; tracking kept in {out / PENDING_FILE}, "
-              "sent by the next `distmis tune --resume` of this search", flush=True)
-
+        print(
+            f"distmis: warning: MLflow still unreachable; tracking kept in {out / PENDING_FILE}, "
+            "sent by the next `distmis tune --resume` of this search",
+            flush=True,
+        )

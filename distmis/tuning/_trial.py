@@ -85,8 +85,9 @@ class DistmisTrial(tune.Trainable):
         else:
             from distmis.tuning._workers import WorkerGroup
 
-            self._group = WorkerGroup(ctx.workers, cpus=ctx.cpus_per_worker, gpus=ctx.gpus_per_worker,
-                                      threads=ctx.threads)
+            self._group = WorkerGroup(
+                ctx.workers, cpus=ctx.cpus_per_worker, gpus=ctx.gpus_per_worker, threads=ctx.threads
+            )
             created = min(created, self._group.started_at)
         self._startup = time.time() - created  # once per slot (trainable + its workers)
         self._start_session(config)
@@ -134,10 +135,25 @@ class DistmisTrial(tune.Trainable):
             epoch = self._session.epoch
         else:
             self._run_dir.mkdir(parents=True, exist_ok=True)
-            (self._run_dir / "group.json").write_text(json.dumps({  # where this trial's workers must run
-                "placement_group": ray.get_runtime_context().get_placement_group_id(), "trainable_pid": os.getpid()}))
-            epoch = self._group.call("start_trial", ctx.base_config, params, ctx.prepared, str(self._run_dir),
-                                     ctx.metric, ctx.mode, str(resume) if resume else None, 0)[0]
+            (self._run_dir / "group.json").write_text(
+                json.dumps(
+                    {  # where this trial's workers must run
+                        "placement_group": ray.get_runtime_context().get_placement_group_id(),
+                        "trainable_pid": os.getpid(),
+                    }
+                )
+            )
+            epoch = self._group.call(
+                "start_trial",
+                ctx.base_config,
+                params,
+                ctx.prepared,
+                str(self._run_dir),
+                ctx.metric,
+                ctx.mode,
+                str(resume) if resume else None,
+                0,
+            )[0]
         if resume is not None:
             print(f"distmis: trial {self.trial_id} resumes from epoch {epoch}", flush=True)
 
@@ -151,9 +167,18 @@ class DistmisTrial(tune.Trainable):
         else:
             metrics = self._group.call("step")[0]
         done = metrics.pop("done")
-        metrics.update({STARTED_AT: self._started, REPORTED_AT: time.time(), PID: os.getpid(), NODE: self._node,
-                        "workers": self._context.workers, GROUP_STARTUP: self._startup,
-                        TRIAL_SETUP: self._setup_seconds, WARM: self._warm})
+        metrics.update(
+            {
+                STARTED_AT: self._started,
+                REPORTED_AT: time.time(),
+                PID: os.getpid(),
+                NODE: self._node,
+                "workers": self._context.workers,
+                GROUP_STARTUP: self._startup,
+                TRIAL_SETUP: self._setup_seconds,
+                WARM: self._warm,
+            }
+        )
         if done:
             metrics[tune.result.DONE] = True
         return metrics

@@ -61,18 +61,27 @@ class TrainingWorker:
 
     def build_strategy(self, workers: list[str]) -> float:
         """Join the collective over ``workers``; returns when every worker has (seconds taken)."""
-        os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker",
-                                                                                      "index": self.rank}})
+        os.environ["TF_CONFIG"] = json.dumps(
+            {"cluster": {"worker": workers}, "task": {"type": "worker", "index": self.rank}}
+        )
         import tensorflow as tf
 
         start = time.perf_counter()
         self.strategy = tf.distribute.MultiWorkerMirroredStrategy()
         return time.perf_counter() - start
 
-    def start_trial(self, base_config: dict[str, Any], params: dict[str, Any], prepared: str, run_dir: str,
-                    metric: str, mode: str, resume_from: str | None, reported_epochs: int) -> int:
+    def start_trial(
+        self,
+        base_config: dict[str, Any],
+        params: dict[str, Any],
+        prepared: str,
+        run_dir: str,
+        metric: str,
+        mode: str,
+        resume_from: str | None,
+        reported_epochs: int,
+    ) -> int:
         """A new run for this trial, in the group's strategy; returns the epoch it starts from."""
-        import keras
         import ray
 
         from distmis.config import ExperimentConfig, apply_params
@@ -86,17 +95,29 @@ class TrainingWorker:
         run = Path(run_dir)
         run.mkdir(parents=True, exist_ok=True)
         t1 = time.perf_counter()
-        self.session = RunSession(config, prepared, run, strategy=self.strategy, is_chief=self.rank == 0,
-                                  metric=metric, mode=mode)
+        self.session = RunSession(
+            config, prepared, run, strategy=self.strategy, is_chief=self.rank == 0, metric=metric, mode=mode
+        )
         t2 = time.perf_counter()
         if resume_from is not None:
             self.session.restore(resume_from, reported_epochs=reported_epochs, prefer_own=True)
         context = ray.get_runtime_context()
-        (run / f"worker-{self.rank}.json").write_text(json.dumps(
-            {"rank": self.rank, "world": self.world, NODE: ray.util.get_node_ip_address(), PID: os.getpid(),
-             "placement_group": context.get_placement_group_id(),
-             "setup_seconds": {"release": round(t1 - t0, 3), "build": round(t2 - t1, 3),
-                               "total": round(time.perf_counter() - t0, 3)}}))
+        (run / f"worker-{self.rank}.json").write_text(
+            json.dumps(
+                {
+                    "rank": self.rank,
+                    "world": self.world,
+                    NODE: ray.util.get_node_ip_address(),
+                    PID: os.getpid(),
+                    "placement_group": context.get_placement_group_id(),
+                    "setup_seconds": {
+                        "release": round(t1 - t0, 3),
+                        "build": round(t2 - t1, 3),
+                        "total": round(time.perf_counter() - t0, 3),
+                    },
+                }
+            )
+        )
         return self.session.epoch
 
     def restore(self, checkpoint: str, reported_epochs: int | None) -> int:
@@ -121,8 +142,9 @@ def _process_start_time() -> float:
     """When this process started (Unix seconds): a worker's cold start-up includes its spawn."""
     try:
         ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
-        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
-                    if line.startswith("btime"))
+        boot = next(
+            float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime")
+        )
         return boot + ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, StopIteration, IndexError):
         return time.time()
@@ -140,10 +162,14 @@ class WorkerGroup:
         actor = ray.remote(TrainingWorker)
         self.actors = [
             actor.options(
-                num_cpus=cpus, num_gpus=gpus, max_restarts=0, max_concurrency=1,
+                num_cpus=cpus,
+                num_gpus=gpus,
+                max_restarts=0,
+                max_concurrency=1,
                 # the trainable's own bundle is empty: its bundles are the workers', index = rank
                 scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=rank)
-                if group is not None else None,
+                if group is not None
+                else None,
             ).remote(rank, workers, threads)
             for rank in range(workers)
         ]
@@ -176,8 +202,9 @@ class WorkerGroup:
                     results[order[ref]] = ray.get(ref)
                 except RayActorError as exc:
                     self.shutdown()
-                    raise WorkerLost(f"worker {order[ref]} of {len(refs)} died during {what}: "
-                                     f"{str(exc).splitlines()[0][:200]}") from None
+                    raise WorkerLost(
+                        f"worker {order[ref]} of {len(refs)} died during {what}: {str(exc).splitlines()[0][:200]}"
+                    ) from None
                 except RayTaskError as exc:
                     self.shutdown()
                     raise exc.as_instanceof_cause() from None

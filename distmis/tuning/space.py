@@ -39,7 +39,7 @@ def ordered_params(space: dict[str, ParamSpec]) -> list[str]:
         if name in visiting:
             raise ConfigError(f"space: conditions form a cycle through {name!r}")
         visiting.add(name)
-        for target in (space[name].when or {}):
+        for target in space[name].when or {}:
             if target in space:
                 visit(target)
         visiting.discard(name)
@@ -61,7 +61,7 @@ class DefineByRun:
         self.space = dict(space)
         self.order = ordered_params(self.space)
 
-    def __call__(self, trial: "optuna.Trial") -> dict[str, Any] | None:
+    def __call__(self, trial: optuna.Trial) -> dict[str, Any] | None:
         """Sample every parameter whose condition holds.
 
         Returns the values of list-valued choices (e.g. a patch shape) as constants: Optuna
@@ -80,12 +80,14 @@ class DefineByRun:
             elif spec.uniform is not None:
                 values[name] = trial.suggest_float(name, *spec.uniform)
             elif spec.randint is not None:
-                values[name] = trial.suggest_int(name, spec.randint[0], spec.randint[1] - 1)  # high exclusive, like Tune
+                values[name] = trial.suggest_int(
+                    name, spec.randint[0], spec.randint[1] - 1
+                )  # high exclusive, like Tune
             elif needs_encoding(spec):
                 text = trial.suggest_categorical(name, [json.dumps(c) for c in spec.choice or []])
                 values[name] = decoded[name] = json.loads(text)
             else:
-                values[name] = trial.suggest_categorical(name, spec.choice)
+                values[name] = trial.suggest_categorical(name, list(spec.choice or []))
         return decoded or None
 
 
@@ -164,7 +166,8 @@ def grid_points(space: dict[str, ParamSpec], *, limit: int = MAX_GRID_POINTS) ->
                 raise ConfigError(
                     f"space: the grid has more than {limit:,} points (at most {grid_size_bound(space):.3g} without "
                     "conditions); at minutes per trial it could never finish: search fewer values, or use "
-                    "algorithm optuna / random with num_samples")
+                    "algorithm optuna / random with num_samples"
+                )
         points = grown
     unique = {tuple(sorted(((k, _hashable(v)) for k, v in p.items()), key=lambda kv: kv[0])): p for p in points}
     return list(unique.values())
@@ -174,8 +177,10 @@ def describe_space(config: ExperimentConfig) -> str:
     """A human-readable summary used by ``distmis validate``."""
     from distmis.config import resolve_param_name
 
-    lines = [f"search '{config.name}': {config.search.algorithm}, {config.search.num_samples} samples, "
-             f"metric {config.search.metric} ({config.search.mode}), parallelism {config.parallelism.mode}"]
+    lines = [
+        f"search '{config.name}': {config.search.algorithm}, {config.search.num_samples} samples, "
+        f"metric {config.search.metric} ({config.search.mode}), parallelism {config.parallelism.mode}"
+    ]
     for name in ordered_params(config.space):
         spec = config.space[name]
         dist = getattr(spec, spec.kind)
@@ -186,4 +191,3 @@ def describe_space(config: ExperimentConfig) -> str:
     if config.search.algorithm == "grid":
         lines.append(f"  grid size: {len(grid_points(config.space))}")
     return "\n".join(lines)
-

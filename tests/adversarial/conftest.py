@@ -33,8 +33,15 @@ ERROR_PREFIX = "distmis: error:"
 CASE_TIMEOUT = float(os.environ.get("DISTMIS_ADVERSARIAL_TIMEOUT", "240"))
 
 
-def write_msd(root: Path, *, cases: int = 6, shape: tuple[int, int, int] = (16, 16, 16), modalities: int = 2,
-              test_cases: int = 1, seed: int = 0) -> Path:
+def write_msd(
+    root: Path,
+    *,
+    cases: int = 6,
+    shape: tuple[int, int, int] = (16, 16, 16),
+    modalities: int = 2,
+    test_cases: int = 1,
+    seed: int = 0,
+) -> Path:
     """A small, valid MSD dataset written with nibabel alone (labels 0..2, float32 images)."""
     rng = np.random.default_rng(seed)
     for sub in ("imagesTr", "labelsTr", "imagesTs"):
@@ -55,20 +62,29 @@ def write_msd(root: Path, *, cases: int = 6, shape: tuple[int, int, int] = (16, 
         else:
             nib.save(nib.Nifti1Image(image.astype(np.float32), np.eye(4)), root / "imagesTs" / f"{cid}.nii.gz")
             test.append(f"./imagesTs/{cid}.nii.gz")
-    meta = {"name": "HOSTILE", "description": "adversarial test data", "tensorImageSize": "4D",
-            "modality": {str(m): f"mod{m}" for m in range(modalities)},
-            "labels": {"0": "background", "1": "edema", "2": "core"},
-            "numTraining": cases, "numTest": test_cases, "training": training, "test": test}
+    meta = {
+        "name": "HOSTILE",
+        "description": "adversarial test data",
+        "tensorImageSize": "4D",
+        "modality": {str(m): f"mod{m}" for m in range(modalities)},
+        "labels": {"0": "background", "1": "edema", "2": "core"},
+        "numTraining": cases,
+        "numTest": test_cases,
+        "training": training,
+        "test": test,
+    }
     (root / "dataset.json").write_text(json.dumps(meta, indent=2))
     return root
 
 
-def run_distmis(argv: list[str], *, cwd: Path, env: dict[str, str] | None = None,
-                timeout: float = CASE_TIMEOUT) -> subprocess.CompletedProcess[str]:
+def run_distmis(
+    argv: list[str], *, cwd: Path, env: dict[str, str] | None = None, timeout: float = CASE_TIMEOUT
+) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, **(env or {})}
     full_env.pop("MLFLOW_TRACKING_URI", None)
-    return subprocess.run([sys.executable, "-m", "distmis", *argv], cwd=cwd, env=full_env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "distmis", *argv], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 @dataclass
@@ -89,13 +105,16 @@ def assets(tmp_path_factory: pytest.TempPathFactory) -> Assets:
     env = {"DISTMIS_DATA_HOME": str(cache)}
     raw = write_msd(root / "raw")
     prepared = root / "prepared"
-    for argv in (["prepare", str(raw), str(prepared), "--shape", "16,16,16", "--split", "0.5,0.25,0.25",
-                  "--shards", "1"],):
+    for argv in (
+        ["prepare", str(raw), str(prepared), "--shape", "16,16,16", "--split", "0.5,0.25,0.25", "--shards", "1"],
+    ):
         result = run_distmis(argv, cwd=root, env=env)
         assert result.returncode == 0, result.stderr[-3000:]
     config = root / "train.yaml"
-    config.write_text(f"name: m\ndata: {{source: {prepared}}}\ntrain: {{epochs: 1, batch_size_per_replica: 1, "
-                      "patch: [16, 16, 16]}\nmodel: {depth: 2, filters: 4, norm: none}\n")
+    config.write_text(
+        f"name: m\ndata: {{source: {prepared}}}\ntrain: {{epochs: 1, batch_size_per_replica: 1, "
+        "patch: [16, 16, 16]}\nmodel: {depth: 2, filters: 4, norm: none}\n"
+    )
     result = run_distmis(["train", str(config), "--out", str(root / "run")], cwd=root, env=env)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     return Assets(root, raw, prepared, root / "run" / "best", cache)
@@ -133,18 +152,28 @@ class Workspace:
     def write_dataset_json(self, raw: Path, meta: dict | str) -> None:
         (raw / "dataset.json").write_text(meta if isinstance(meta, str) else json.dumps(meta, indent=2))
 
-    def search(self, space: str, *, source: str | None = None, extra: str = "", name: str = "space.yaml",
-               train: str = "epochs: 1, batch_size_per_replica: 1") -> Path:
+    def search(
+        self,
+        space: str,
+        *,
+        source: str | None = None,
+        extra: str = "",
+        name: str = "space.yaml",
+        train: str = "epochs: 1, batch_size_per_replica: 1",
+    ) -> Path:
         """A search-space file training on a copy of the prepared data (or ``source``)."""
         src = source or str(self.prepared())
-        return self.file(name, f"name: s\ndata: {{source: {src}}}\ntrain: {{{train}}}\n"
-                               f"model: {{depth: 2, filters: 4}}\n{extra}space:\n{space}")
+        return self.file(
+            name,
+            f"name: s\ndata: {{source: {src}}}\ntrain: {{{train}}}\n"
+            f"model: {{depth: 2, filters: 4}}\n{extra}space:\n{space}",
+        )
 
 
 def snapshot(root: Path) -> dict[str, str]:
     """Relative path -> sha256 of every file (and a marker for every directory) under ``root``."""
     found: dict[str, str] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, _dirnames, filenames in os.walk(root):
         rel = os.path.relpath(dirpath, root)
         found[rel + "/"] = "dir"
         for name in filenames:
@@ -178,27 +207,47 @@ def classify(result: subprocess.CompletedProcess[str] | None, token: str, change
     return "unclear error"
 
 
-def check_case(case_id: str, group: str, ws: Workspace, argv: list[str], token: str, *,
-               env: dict[str, str] | None = None, allowed_new: tuple[str, ...] = ()) -> None:
+def check_case(
+    case_id: str,
+    group: str,
+    ws: Workspace,
+    argv: list[str],
+    token: str,
+    *,
+    env: dict[str, str] | None = None,
+    allowed_new: tuple[str, ...] = (),
+) -> None:
     """Run ``distmis argv`` in ``ws.dir`` and assert the four properties (see the module docstring)."""
     before = snapshot(ws.dir)
     result: subprocess.CompletedProcess[str] | None
     try:
-        result = run_distmis(argv, cwd=ws.dir, env={"DISTMIS_DATA_HOME": str(ws.dir.parent / f"{ws.dir.name}-cache"),
-                                                    **(env or {})})
+        result = run_distmis(
+            argv, cwd=ws.dir, env={"DISTMIS_DATA_HOME": str(ws.dir.parent / f"{ws.dir.name}-cache"), **(env or {})}
+        )
     except subprocess.TimeoutExpired:
         result = None
     after = snapshot(ws.dir)
-    changed = sorted([f"~{k}" for k in before if k in after and before[k] != after[k]]
-                     + [f"-{k}" for k in before if k not in after]
-                     + [f"+{k}" for k in after if k not in before and not k.startswith(allowed_new or ("\0",))])
+    changed = sorted(
+        [f"~{k}" for k in before if k in after and before[k] != after[k]]
+        + [f"-{k}" for k in before if k not in after]
+        + [f"+{k}" for k in after if k not in before and not k.startswith(allowed_new or ("\0",))]
+    )
     outcome = classify(result, token, changed)
     report = os.environ.get("DISTMIS_ADVERSARIAL_REPORT")
     if report:
         with open(report, "a") as fh:
-            fh.write(json.dumps({"case": case_id, "group": group, "outcome": outcome,
-                                 "rc": None if result is None else result.returncode,
-                                 "stderr": "" if result is None else result.stderr[-600:]}) + "\n")
+            fh.write(
+                json.dumps(
+                    {
+                        "case": case_id,
+                        "group": group,
+                        "outcome": outcome,
+                        "rc": None if result is None else result.returncode,
+                        "stderr": "" if result is None else result.stderr[-600:],
+                    }
+                )
+                + "\n"
+            )
     assert result is not None, f"{case_id}: no answer within {CASE_TIMEOUT:.0f} s"
     errors = [line for line in result.stderr.splitlines() if line.startswith(ERROR_PREFIX)]
     detail = f"\nstdout: {result.stdout[-1500:]}\nstderr: {result.stderr[-3000:]}"

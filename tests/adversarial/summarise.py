@@ -1,8 +1,8 @@
 """Tabulate hostile-input outcomes per group, before against after.
 
-    DISTMIS_ADVERSARIAL_REPORT=after.jsonl python -m pytest tests/adversarial
-    (cd old-checkout && DISTMIS_ADVERSARIAL_REPORT=before.jsonl .venv/bin/python -m pytest /path/to/tests/adversarial)
-    python tests/adversarial/summarise.py before.jsonl after.jsonl
+DISTMIS_ADVERSARIAL_REPORT=after.jsonl python -m pytest tests/adversarial
+(cd old-checkout && DISTMIS_ADVERSARIAL_REPORT=before.jsonl .venv/bin/python -m pytest /path/to/tests/adversarial)
+python tests/adversarial/summarise.py before.jsonl after.jsonl
 """
 
 from __future__ import annotations

@@ -15,7 +15,6 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 import pytest
-
 from conftest import Assets, Workspace, check_case, run_distmis
 
 pytestmark = pytest.mark.slow
@@ -46,8 +45,11 @@ def _user_dir(ws: Workspace, name: str = "mine") -> Path:
 
 
 def _train_config(ws: Workspace, source: Path | str, extra: str = "", name: str = "train.yaml") -> Path:
-    return ws.file(name, f"name: t\ndata: {{source: {source}}}\ntrain: {{epochs: 1, batch_size_per_replica: 1}}\n"
-                         f"model: {{depth: 2, filters: 4, norm: none}}\n{extra}")
+    return ws.file(
+        name,
+        f"name: t\ndata: {{source: {source}}}\ntrain: {{epochs: 1, batch_size_per_replica: 1}}\n"
+        f"model: {{depth: 2, filters: 4, norm: none}}\n{extra}",
+    )
 
 
 # --------------------------------------------------------------------------- 1. losing a user's data
@@ -95,7 +97,17 @@ def evaluate_out_is_the_model(ws: Workspace):
 def evaluate_out_is_the_data(ws: Workspace):
     ws.model()
     ws.prepared()
-    return ["evaluate", "model", "prepared", "--split", "test", "--out", "prepared", "--overwrite", "--no-track"], "--out"
+    return [
+        "evaluate",
+        "model",
+        "prepared",
+        "--split",
+        "test",
+        "--out",
+        "prepared",
+        "--overwrite",
+        "--no-track",
+    ], "--out"
 
 
 @case("data-loss")
@@ -263,14 +275,16 @@ def duplicate_key_in_dataset_json(ws: Workspace):
 def duplicate_key_in_info_json(ws: Workspace):
     prepared = ws.prepared()
     text = (prepared / "info.json").read_text()
-    (prepared / "info.json").write_text(text.replace('"label_mode":', '"label_mode": "multiclass",\n  "label_mode":', 1))
+    (prepared / "info.json").write_text(
+        text.replace('"label_mode":', '"label_mode": "multiclass",\n  "label_mode":', 1)
+    )
     path = ws.search("  lr: {loguniform: [1.0e-3, 1.0e-2]}\n", source=str(prepared))
     return ["validate", str(path)], "info.json"
 
 
 @case("labels")
 def duplicate_section_in_yaml(ws: Workspace):
-    path = ws.search("  lr: {loguniform: [1.0e-3, 1.0e-2]}\n", extra="train: {epochs: 50}\n")
+    ws.search("  lr: {loguniform: [1.0e-3, 1.0e-2]}\n", extra="train: {epochs: 50}\n")
     return ["validate", "space.yaml"], "space.yaml"
 
 
@@ -377,12 +391,16 @@ def sampled_groups_do_not_divide_filters(ws: Workspace):
 
 @case("late-failure")
 def prepared_shape_depth_cannot_halve(ws: Workspace):
-    result = run_distmis(["prepare", str(ws.assets.raw), str(ws.dir / "odd"), "--shape", "7,7,7", "--shards", "1"],
-                         cwd=ws.dir)
+    result = run_distmis(
+        ["prepare", str(ws.assets.raw), str(ws.dir / "odd"), "--shape", "7,7,7", "--shards", "1"], cwd=ws.dir
+    )
     assert result.returncode == 0, result.stderr
-    path = ws.file("space.yaml", f"name: s\ndata: {{source: {ws.dir / 'odd'}}}\ntrain: {{epochs: 1, "
-                                 "batch_size_per_replica: 1}\nmodel: {depth: 3, filters: 4}\n"
-                                 "space:\n  lr: {loguniform: [1.0e-3, 1.0e-2]}\n")
+    path = ws.file(
+        "space.yaml",
+        f"name: s\ndata: {{source: {ws.dir / 'odd'}}}\ntrain: {{epochs: 1, "
+        "batch_size_per_replica: 1}\nmodel: {depth: 3, filters: 4}\n"
+        "space:\n  lr: {loguniform: [1.0e-3, 1.0e-2]}\n",
+    )
     return ["validate", str(path)], "space.yaml"
 
 
@@ -399,8 +417,10 @@ def patch_choice_larger_than_prepared(ws: Workspace):
 
 @case("late-failure")
 def validation_metric_without_validation_cases(ws: Workspace):
-    result = run_distmis(["prepare", str(ws.assets.raw), str(ws.dir / "noval"), "--shape", "16", "--split", "1,0,0",
-                          "--shards", "1"], cwd=ws.dir)
+    result = run_distmis(
+        ["prepare", str(ws.assets.raw), str(ws.dir / "noval"), "--shape", "16", "--split", "1,0,0", "--shards", "1"],
+        cwd=ws.dir,
+    )
     assert result.returncode == 0, result.stderr
     path = ws.search("  lr: {loguniform: [1.0e-3, 1.0e-2]}\n", source=str(ws.dir / "noval"))
     return ["tune", str(path), "--out", "runs/x"], "space.yaml"
@@ -408,16 +428,23 @@ def validation_metric_without_validation_cases(ws: Workspace):
 
 @case("late-failure")
 def dice_minimised(ws: Workspace):
-    return ["validate", str(ws.search("  lr: {loguniform: [1.0e-3, 1.0e-2]}\n",
-                                      extra="search: {metric: val_dice, mode: min}\n"))], "space.yaml"
+    return [
+        "validate",
+        str(ws.search("  lr: {loguniform: [1.0e-3, 1.0e-2]}\n", extra="search: {metric: val_dice, mode: min}\n")),
+    ], "space.yaml"
 
 
 @case("late-failure")
 def grid_beyond_reason(ws: Workspace):
     params = ["lr", "beta_1", "beta_2", "weight_decay", "momentum", "dropout"]
-    values = {"lr": [1e-4 * (i + 1) for i in range(150)], "beta_1": [0.5 + i / 400 for i in range(150)],
-              "beta_2": [0.9 + i / 2000 for i in range(150)], "weight_decay": [i / 1000 for i in range(150)],
-              "momentum": [i / 200 for i in range(150)], "dropout": [i / 200 for i in range(150)]}
+    values = {
+        "lr": [1e-4 * (i + 1) for i in range(150)],
+        "beta_1": [0.5 + i / 400 for i in range(150)],
+        "beta_2": [0.9 + i / 2000 for i in range(150)],
+        "weight_decay": [i / 1000 for i in range(150)],
+        "momentum": [i / 200 for i in range(150)],
+        "dropout": [i / 200 for i in range(150)],
+    }
     space = "".join(f"  {p}: {{choice: {values[p]}}}\n" for p in params)
     return ["validate", str(ws.search(space, extra="search: {algorithm: grid}\n"))], "space.yaml"
 
@@ -430,8 +457,10 @@ def grid_beyond_reason_in_tune(ws: Workspace):
 
 @case("late-failure")
 def list_choices_for_a_scalar_in_grid(ws: Workspace):
-    return ["validate", str(ws.search("  lr: {choice: [[0.1, 0.2], [0.3]]}\n",
-                                      extra="search: {algorithm: grid}\n"))], "space.yaml"
+    return [
+        "validate",
+        str(ws.search("  lr: {choice: [[0.1, 0.2], [0.3]]}\n", extra="search: {algorithm: grid}\n")),
+    ], "space.yaml"
 
 
 @case("late-failure")
@@ -448,7 +477,9 @@ def tune_refuses_bad_space_before_ray(ws: Workspace):
 @case("late-failure")
 def train_patch_larger_than_data(ws: Workspace):
     cfg = _train_config(ws, ws.prepared(), extra="")
-    cfg.write_text(cfg.read_text().replace("batch_size_per_replica: 1}", "batch_size_per_replica: 1, patch: [32, 32, 32]}"))
+    cfg.write_text(
+        cfg.read_text().replace("batch_size_per_replica: 1}", "batch_size_per_replica: 1, patch: [32, 32, 32]}")
+    )
     return ["train", str(cfg), "--out", "run"], "train.yaml"
 
 
@@ -617,7 +648,8 @@ def tensorflow_missing(ws: Workspace):
         "    def find_spec(self, name, path=None, target=None):\n"
         "        if name.split('.')[0] in ('tensorflow', 'keras'):\n"
         "            raise ModuleNotFoundError(f\"No module named '{name}'\", name=name)\n"
-        "sys.meta_path.insert(0, _NoTF())\n")
+        "sys.meta_path.insert(0, _NoTF())\n"
+    )
     return ["prepare", "data", "out"], "pip install 'distmis[cpu]'", {"PYTHONPATH": str(blocker)}
 
 

@@ -44,7 +44,7 @@ def test_blocks_never_touch_the_ephemeral_range(ephemeral: tuple[int, int]) -> N
         assert 20000 <= base and last <= 65535
     # blocks do not overlap each other
     spans = sorted((b, b + BLOCK_SIZE - 1) for b in bases)
-    assert all(a[1] < b[0] for a, b in zip(spans, spans[1:]))
+    assert all(a[1] < b[0] for a, b in zip(spans, spans[1:], strict=False))
 
 
 def test_the_start_depends_on_job_and_node() -> None:

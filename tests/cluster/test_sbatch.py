@@ -37,13 +37,25 @@ echo "$@" >> "$STUB_DIR/scontrol.calls"
 
 
 def distmis(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "distmis", *argv], cwd=cwd, capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run([sys.executable, "-m", "distmis", *argv], cwd=cwd, capture_output=True, text=True, timeout=60)
 
 
 def generate(tmp_path: Path, *options: str, command: tuple[str, ...] = ("distmis", "tune", "x.yaml")) -> Path:
-    result = distmis("cluster", "sbatch", "--nodes", "2", "--cpus-per-node", "2", "--no-venv",
-                     "--job-dir", str(tmp_path / "jobs" / "slurm-%j"), *options, "--", *command, cwd=tmp_path)
+    result = distmis(
+        "cluster",
+        "sbatch",
+        "--nodes",
+        "2",
+        "--cpus-per-node",
+        "2",
+        "--no-venv",
+        "--job-dir",
+        str(tmp_path / "jobs" / "slurm-%j"),
+        *options,
+        "--",
+        *command,
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     script = tmp_path / "job.sbatch"
     script.write_text(result.stdout)
@@ -51,17 +63,26 @@ def generate(tmp_path: Path, *options: str, command: tuple[str, ...] = ("distmis
     return script
 
 
-def run_script(tmp_path: Path, script: Path, *, restart: int = 0, send: signal.Signals | None = None,
-               **stub: str) -> subprocess.CompletedProcess[str]:
+def run_script(
+    tmp_path: Path, script: Path, *, restart: int = 0, send: signal.Signals | None = None, **stub: str
+) -> subprocess.CompletedProcess[str]:
     stubs = tmp_path / "stubs"
     stubs.mkdir(exist_ok=True)
     for name, text in (("srun", STUB_SRUN), ("scontrol", STUB_SCONTROL)):
         (stubs / name).write_text(text)
         (stubs / name).chmod(0o755)
-    env = {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "STUB_DIR": str(stubs), "SLURM_JOB_ID": "123",
-           "SLURM_JOB_NUM_NODES": "2", "SLURM_RESTART_COUNT": str(restart), **stub}
-    proc = subprocess.Popen(["bash", str(script)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    env = {
+        **os.environ,
+        "PATH": f"{stubs}:{os.environ['PATH']}",
+        "STUB_DIR": str(stubs),
+        "SLURM_JOB_ID": "123",
+        "SLURM_JOB_NUM_NODES": "2",
+        "SLURM_RESTART_COUNT": str(restart),
+        **stub,
+    }
+    proc = subprocess.Popen(
+        ["bash", str(script)], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     if send is not None:
         deadline = time.monotonic() + 30
         while not (stubs / "srun.started").exists():
@@ -73,26 +94,29 @@ def run_script(tmp_path: Path, script: Path, *, restart: int = 0, send: signal.S
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-@pytest.mark.parametrize(("options", "named"), [
-    (["--job-name", "a\nrm -rf ~"], "--job-name"),
-    (["--job-name", "$(touch pwned)"], "--job-name"),
-    (["--job-dir", "runs/x$(touch pwned)/%j"], "--job-dir"),
-    (["--job-dir", 'runs/a"b/%j'], "--job-dir"),
-    (["--job-dir", "runs/with space/%j"], "--job-dir"),
-    (["--job-dir", "runs/`touch pwned`/%j"], "--job-dir"),
-    (["--job-dir", "runs/x\n#SBATCH --wrap=id/%j"], "--job-dir"),
-    (["--partition", "gpu;reboot"], "--partition"),
-    (["--partition", "gpu\n#SBATCH --uid=0"], "--partition"),
-    (["--time", "garbage"], "--time"),
-    (["--time", "0"], "--time"),
-    (["--time", "1:00\n"], "--time"),
-    (["--time", "00:01:00", "--signal-window", "120"], "--signal-window"),
-    (["--timeout", "-5"], "--timeout"),
-    (["--timeout", "0"], "--timeout"),
-    (["--nodes", "two"], "--nodes"),
-    (["--max-requeues", "-1"], "--max-requeues"),
-    (["--venv", "/nowhere/venv"], "--venv"),
-])
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        (["--job-name", "a\nrm -rf ~"], "--job-name"),
+        (["--job-name", "$(touch pwned)"], "--job-name"),
+        (["--job-dir", "runs/x$(touch pwned)/%j"], "--job-dir"),
+        (["--job-dir", 'runs/a"b/%j'], "--job-dir"),
+        (["--job-dir", "runs/with space/%j"], "--job-dir"),
+        (["--job-dir", "runs/`touch pwned`/%j"], "--job-dir"),
+        (["--job-dir", "runs/x\n#SBATCH --wrap=id/%j"], "--job-dir"),
+        (["--partition", "gpu;reboot"], "--partition"),
+        (["--partition", "gpu\n#SBATCH --uid=0"], "--partition"),
+        (["--time", "garbage"], "--time"),
+        (["--time", "0"], "--time"),
+        (["--time", "1:00\n"], "--time"),
+        (["--time", "00:01:00", "--signal-window", "120"], "--signal-window"),
+        (["--timeout", "-5"], "--timeout"),
+        (["--timeout", "0"], "--timeout"),
+        (["--nodes", "two"], "--nodes"),
+        (["--max-requeues", "-1"], "--max-requeues"),
+        (["--venv", "/nowhere/venv"], "--venv"),
+    ],
+)
 def test_hostile_options_are_refused_and_nothing_is_written(tmp_path: Path, options: list[str], named: str) -> None:
     args = ["cluster", "sbatch", "--nodes", "2", *options, "--", "distmis", "tune", "x.yaml"]
     if "--venv" not in options:
@@ -119,7 +143,7 @@ def test_the_script_runs_exactly_the_given_command(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     args = (tmp_path / "stubs" / "srun.args").read_bytes().split(b"\0")[:-1]
     cut = args.index(b"--")
-    assert [a.decode() for a in args[cut + 1:]] == list(hostile)  # verbatim, nothing added (not a requeue)
+    assert [a.decode() for a in args[cut + 1 :]] == list(hostile)  # verbatim, nothing added (not a requeue)
     assert not list(tmp_path.rglob("pwned*"))
     assert (tmp_path / "jobs" / "slurm-123").is_dir()
     assert not (tmp_path / "stubs" / "scontrol.calls").exists()  # finished: not requeued
@@ -164,7 +188,13 @@ def test_cancel_stops_the_search_without_requeue(tmp_path: Path) -> None:
 
 def test_submit_without_sbatch_is_one_clear_error(tmp_path: Path) -> None:
     env = {**os.environ, "PATH": "/nonexistent"}
-    result = subprocess.run([sys.executable, "-m", "distmis", "cluster", "submit", "--no-venv", "--", "true"],
-                            cwd=tmp_path, capture_output=True, text=True, env=env, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "distmis", "cluster", "submit", "--no-venv", "--", "true"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert result.returncode == 2 and result.stderr.startswith("distmis: error: sbatch: not found on PATH")
     assert list(tmp_path.iterdir()) == []

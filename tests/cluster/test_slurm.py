@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from raycluster import clean_env
 from slurmcluster import SlurmCluster, available
 
@@ -44,12 +43,36 @@ def job_processes(job_id: str) -> list[str]:
     return found
 
 
-def write_script(tmp: Path, command: list[str], *, timeout: int = 120, edit=None, cpus: int = 2,  # noqa: ANN001
-                 time_limit: str = "00:10:00", options: tuple[str, ...] = (), name: str = "job.sbatch") -> Path:
+def write_script(
+    tmp: Path,
+    command: list[str],
+    *,
+    timeout: int = 120,
+    edit=None,
+    cpus: int = 2,  # noqa: ANN001
+    time_limit: str = "00:10:00",
+    options: tuple[str, ...] = (),
+    name: str = "job.sbatch",
+) -> Path:
     script = tmp / name
     (tmp / "jobs").mkdir(exist_ok=True)
-    argv = ["cluster", "sbatch", "--nodes", "2", "--cpus-per-node", str(cpus), "--time", time_limit,
-            "--job-dir", str(tmp / "jobs" / "slurm-%j"), "--timeout", str(timeout), *options, "--", *command]
+    argv = [
+        "cluster",
+        "sbatch",
+        "--nodes",
+        "2",
+        "--cpus-per-node",
+        str(cpus),
+        "--time",
+        time_limit,
+        "--job-dir",
+        str(tmp / "jobs" / "slurm-%j"),
+        "--timeout",
+        str(timeout),
+        *options,
+        "--",
+        *command,
+    ]
     out = subprocess.run([sys.executable, "-m", "distmis", *argv], capture_output=True, text=True, check=True)
     text = out.stdout if edit is None else edit(out.stdout)
     script.write_text(text)
@@ -74,19 +97,49 @@ def wait_gone(job: str) -> None:
 
 
 def test_generated_sbatch_is_readable() -> None:
-    assert main(["cluster", "sbatch", "--nodes", "4", "--gpus-per-node", "4", "--time", "12:00:00",
-                 "--", "distmis", "tune", "my_space.yaml"]) == 0
+    assert (
+        main(
+            [
+                "cluster",
+                "sbatch",
+                "--nodes",
+                "4",
+                "--gpus-per-node",
+                "4",
+                "--time",
+                "12:00:00",
+                "--",
+                "distmis",
+                "tune",
+                "my_space.yaml",
+            ]
+        )
+        == 0
+    )
 
 
 def test_search_on_two_slurm_nodes(slurm: SlurmCluster, prepared16: Path, tmp_path: Path) -> None:
     # 4 concurrent 1-CPU trials on 2 nodes x 2 CPUs, long enough that all 4 run at once
-    path = space_file(tmp_path, prepared16, name="slurm", algorithm="random", samples=4, epochs=3, concurrency=4,
-                      steps_per_epoch=100, space={"lr": {"loguniform": [3.0e-3, 2.0e-2]}})
+    path = space_file(
+        tmp_path,
+        prepared16,
+        name="slurm",
+        algorithm="random",
+        samples=4,
+        epochs=3,
+        concurrency=4,
+        steps_per_epoch=100,
+        space={"lr": {"loguniform": [3.0e-3, 2.0e-2]}},
+    )
     out = tmp_path / "out"
     script = write_script(tmp_path, ["distmis", "tune", str(path), "--out", str(out)])
     job = slurm.sbatch(script)
     state, code = slurm.wait_job(job, timeout=400)
-    log = (tmp_path / "jobs" / f"slurm-{job}.out").read_text() if (tmp_path / "jobs" / f"slurm-{job}.out").exists() else ""
+    log = (
+        (tmp_path / "jobs" / f"slurm-{job}.out").read_text()
+        if (tmp_path / "jobs" / f"slurm-{job}.out").exists()
+        else ""
+    )
     assert (state, code) == ("COMPLETED", "0:0"), log[-4000:]
     rows = read_results(out)
     assert len(rows) == 4 and all(r["status"] == "TERMINATED" for r in rows)
@@ -101,8 +154,11 @@ def test_search_on_two_slurm_nodes(slurm: SlurmCluster, prepared16: Path, tmp_pa
 
 def test_ray_job_submit_from_outside_the_job(slurm: SlurmCluster, tmp_path: Path) -> None:
     release = tmp_path / "release"
-    holder = [sys.executable, "-c",
-              f"import pathlib, time\nfor _ in range(600):\n    if pathlib.Path('{release}').exists(): break\n    time.sleep(0.2)"]
+    holder = [
+        sys.executable,
+        "-c",
+        f"import pathlib, time\nfor _ in range(600):\n    if pathlib.Path('{release}').exists(): break\n    time.sleep(0.2)",
+    ]
     job = slurm.sbatch(write_script(tmp_path, holder))
     cluster_json = tmp_path / "jobs" / f"slurm-{job}" / "cluster.json"
     try:
@@ -114,9 +170,22 @@ def test_ray_job_submit_from_outside_the_job(slurm: SlurmCluster, tmp_path: Path
         env = clean_env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=info["token_path"])
         code = "import ray; ray.init(); print('NODES', sum(n['Alive'] for n in ray.nodes()))"
         result = subprocess.run(
-            [str(Path(sys.executable).parent / "ray"), "job", "submit", "--address",
-             f"http://127.0.0.1:{info['dashboard_port']}", "--", sys.executable, "-c", code],
-            env=env, capture_output=True, text=True, timeout=180)
+            [
+                str(Path(sys.executable).parent / "ray"),
+                "job",
+                "submit",
+                "--address",
+                f"http://127.0.0.1:{info['dashboard_port']}",
+                "--",
+                sys.executable,
+                "-c",
+                code,
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         assert "NODES 2" in result.stdout
     finally:
@@ -126,8 +195,12 @@ def test_ray_job_submit_from_outside_the_job(slurm: SlurmCluster, tmp_path: Path
 
 def test_worker_that_never_comes_up_fails_the_job_in_bounded_time(slurm: SlurmCluster, tmp_path: Path) -> None:
     # the bootstrap runs on node 0 only: the head waits for a second node that never starts
-    script = write_script(tmp_path, ["true"], timeout=15,
-                          edit=lambda s: s.replace('srun --nodes="$SLURM_JOB_NUM_NODES"', "srun --nodes=1 --ntasks=1"))
+    script = write_script(
+        tmp_path,
+        ["true"],
+        timeout=15,
+        edit=lambda s: s.replace('srun --nodes="$SLURM_JOB_NUM_NODES"', "srun --nodes=1 --ntasks=1"),
+    )
     start = time.monotonic()
     job = slurm.sbatch(script)
     state, _ = slurm.wait_job(job, timeout=120)
@@ -139,8 +212,10 @@ def test_worker_that_never_comes_up_fails_the_job_in_bounded_time(slurm: SlurmCl
     wait_gone(job)
 
 
-PROBE = ("import json, os, ray; ray.init(); alive = [n for n in ray.nodes() if n['Alive']]; "
-         "print('CLUSTER', json.dumps({'nodes': len(alive), 'cpus': ray.cluster_resources().get('CPU')}))")
+PROBE = (
+    "import json, os, ray; ray.init(); alive = [n for n in ray.nodes() if n['Alive']]; "
+    "print('CLUSTER', json.dumps({'nodes': len(alive), 'cpus': ray.cluster_resources().get('CPU')}))"
+)
 
 
 def test_two_jobs_on_the_same_nodes_at_once(slurm: SlurmCluster, tmp_path: Path) -> None:
@@ -163,10 +238,32 @@ def test_two_jobs_on_the_same_nodes_at_once(slurm: SlurmCluster, tmp_path: Path)
 
 
 def test_cluster_submit_prints_the_job_id(slurm: SlurmCluster, tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "distmis", "cluster", "submit", "--nodes", "2", "--cpus-per-node",
-                             "1", "--time", "5", "--job-dir", str(tmp_path / "jobs" / "slurm-%j"), "--",
-                             sys.executable, "-c", PROBE],
-                            env=slurm.env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "distmis",
+            "cluster",
+            "submit",
+            "--nodes",
+            "2",
+            "--cpus-per-node",
+            "1",
+            "--time",
+            "5",
+            "--job-dir",
+            str(tmp_path / "jobs" / "slurm-%j"),
+            "--",
+            sys.executable,
+            "-c",
+            PROBE,
+        ],
+        env=slurm.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     job = result.stdout.strip()
     assert job.isdigit()
@@ -204,12 +301,24 @@ def test_wall_time_signal_checkpoint_requeue_resume(slurm: SlurmCluster, prepare
 
     real = os.environ.get("DISTMIS_SLURM_REAL_WALLTIME") == "1"
     epochs = 4
-    path = space_file(tmp_path, prepared16, name="wall", algorithm="random", samples=2, epochs=epochs, concurrency=2,
-                      steps_per_epoch=30, space={"lr": {"loguniform": [3.0e-3, 2.0e-2]}})
+    path = space_file(
+        tmp_path,
+        prepared16,
+        name="wall",
+        algorithm="random",
+        samples=2,
+        epochs=epochs,
+        concurrency=2,
+        steps_per_epoch=30,
+        space={"lr": {"loguniform": [3.0e-3, 2.0e-2]}},
+    )
     out = tmp_path / "runs" / "wall"
-    script = write_script(tmp_path, ["distmis", "tune", str(path), "--out", str(out)],
-                          time_limit="00:02:00" if real else "00:03:00",
-                          options=("--signal-window", "60", "--max-requeues", "8"))
+    script = write_script(
+        tmp_path,
+        ["distmis", "tune", str(path), "--out", str(out)],
+        time_limit="00:02:00" if real else "00:03:00",
+        options=("--signal-window", "60", "--max-requeues", "8"),
+    )
     job = slurm.sbatch(script)
     deadline = time.monotonic() + 1500
     sent = False
@@ -245,7 +354,9 @@ def test_wall_time_signal_checkpoint_requeue_resume(slurm: SlurmCluster, prepare
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("wall").experiment_id])
     parents = [x for x in runs if x.data.tags.get("distmis.role") == "search"]
-    children = [x for x in runs if "mlflow.parentRunId" in x.data.tags and x.data.tags.get("distmis.abandoned") != "true"]
+    children = [
+        x for x in runs if "mlflow.parentRunId" in x.data.tags and x.data.tags.get("distmis.abandoned") != "true"
+    ]
     assert len(parents) == 1 and len(children) == 2  # the same runs reattached after every requeue
     for child in children:
         steps = sorted(m.step for m in client.get_metric_history(child.info.run_id, "val_dice"))

@@ -25,17 +25,41 @@ def comparison(prepared16: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
     """4 configurations x {experiment 4x1, data 1x4, hybrid 2x2} on 4 slots of 0.5 CPU, baseline of 1."""
     root = tmp_path_factory.mktemp("compare")
     space = root / "space.yaml"
-    space.write_text(yaml.safe_dump({
-        "name": "tiny",
-        "data": {"source": str(prepared16)},
-        "train": {"epochs": 2, "batch_size_per_replica": 2, "augment": {"flip": False, "intensity": 0.0}},
-        "model": {"depth": 3, "filters": 4},
-        "search": {"num_samples": 4, "seed": 1, "scheduler": {"type": "asha", "grace_period": 1, "reduction_factor": 2}},
-        "space": {"lr": {"loguniform": [3e-3, 3e-2]}, "norm": {"choice": ["group", "none"]}},
-    }))
+    space.write_text(
+        yaml.safe_dump(
+            {
+                "name": "tiny",
+                "data": {"source": str(prepared16)},
+                "train": {"epochs": 2, "batch_size_per_replica": 2, "augment": {"flip": False, "intensity": 0.0}},
+                "model": {"depth": 3, "filters": 4},
+                "search": {
+                    "num_samples": 4,
+                    "seed": 1,
+                    "scheduler": {"type": "asha", "grace_period": 1, "reduction_factor": 2},
+                },
+                "space": {"lr": {"loguniform": [3e-3, 3e-2]}, "norm": {"choice": ["group", "none"]}},
+            }
+        )
+    )
     out = root / "runs" / "compare-tiny"
-    rc = main(["compare", str(space), "--modes", "experiment,data,hybrid", "--budget", "4", "--workers", "4",
-               "--cpus-per-worker", "0.5", "--baseline-trials", "1", "--out", str(out)])
+    rc = main(
+        [
+            "compare",
+            str(space),
+            "--modes",
+            "experiment,data,hybrid",
+            "--budget",
+            "4",
+            "--workers",
+            "4",
+            "--cpus-per-worker",
+            "0.5",
+            "--baseline-trials",
+            "1",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     return out
 
@@ -61,8 +85,11 @@ def test_report_has_every_mode_with_speed_next_to_accuracy(comparison: Path) -> 
         assert s["finished"] + s["stopped_early"] + s["failed"] == s["trials"]
     assert stats["baseline"]["speedup"] == pytest.approx(1.0)
     assert stats["baseline"]["time_to_target_seconds"] is not None  # the baseline reaches its own best
-    assert (stats["experiment"]["workers_per_trial"], stats["data"]["workers_per_trial"],
-            stats["hybrid"]["workers_per_trial"]) == (1, 4, 2)
+    assert (
+        stats["experiment"]["workers_per_trial"],
+        stats["data"]["workers_per_trial"],
+        stats["hybrid"]["workers_per_trial"],
+    ) == (1, 4, 2)
     assert (stats["data"]["global_batch"], stats["hybrid"]["global_batch"]) == (8, 4)
     # the trials really overlapped: 4 single-worker trials at once, 2 two-worker trials at once
     assert stats["experiment"]["max_concurrent_observed"] >= 3
@@ -109,15 +136,22 @@ def test_everything_is_under_one_mlflow_run(comparison: Path) -> None:
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"report.md", "report.html", "comparison.json", "plots"} <= artifacts
     assert {a.path for a in client.list_artifacts(run.info.run_id, "plots")} == {
-        "plots/best_so_far.png", "plots/speedup.png", "plots/timeline.png"}
+        "plots/best_so_far.png",
+        "plots/speedup.png",
+        "plots/timeline.png",
+    }
     children = client.search_runs([run.info.experiment_id], f"tags.`mlflow.parentRunId` = '{run.info.run_id}'")
     assert sorted(c.data.tags.get("distmis.compare_mode") for c in children) == sorted(MODES)
-    trials = client.search_runs([run.info.experiment_id],
-                                f"tags.`mlflow.parentRunId` = '{next(c for c in children if c.data.tags['distmis.compare_mode'] == 'data').info.run_id}'")
+    trials = client.search_runs(
+        [run.info.experiment_id],
+        f"tags.`mlflow.parentRunId` = '{next(c for c in children if c.data.tags['distmis.compare_mode'] == 'data').info.run_id}'",
+    )
     assert len(trials) == 4
 
 
-def test_notebook_draws_the_figures_from_mlflow(comparison: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_notebook_draws_the_figures_from_mlflow(
+    comparison: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import nbformat
     from nbclient import NotebookClient
 
@@ -127,9 +161,12 @@ def test_notebook_draws_the_figures_from_mlflow(comparison: Path, tmp_path: Path
     monkeypatch.setenv("DISTMIS_NOTEBOOK_OUT", str(tmp_path / "figures"))
     path = REPO / "notebooks" / "compare_parallelism.ipynb"
     nb = nbformat.read(path, as_version=4)
-    NotebookClient(nb, timeout=300, kernel_name="python3",
-                   resources={"metadata": {"path": str(path.parent)}}).execute()  # raises on any cell error
-    images = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
+    NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    ).execute()  # raises on any cell error
+    images = [
+        o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if "image/png" in o.get("data", {})
+    ]
     assert len(images) == 3
     for name in ("best_so_far", "speedup", "timeline"):
         _png_ok(tmp_path / "figures" / f"{name}.png")

@@ -53,14 +53,23 @@ def test_augmentation_keeps_image_and_label_aligned() -> None:
         assert pi.shape == (8, 8, 8, 2) and pl.shape == (8, 8, 8, 1)
         np.testing.assert_array_equal(pi.numpy()[..., :1] / 5.0, pl.numpy())
     # intensity/noise change the image but never the label
-    img, lab = augment(tf.constant(image), tf.constant(label), tf.constant([1, 2]), flip=False, intensity=0.2, noise=0.1)
+    img, lab = augment(
+        tf.constant(image), tf.constant(label), tf.constant([1, 2]), flip=False, intensity=0.2, noise=0.1
+    )
     np.testing.assert_array_equal(lab.numpy(), label)
     assert not np.allclose(img.numpy(), image)
 
 
 def test_training_pipeline_shapes_and_patches(prepared16: Path) -> None:
-    ds = make_dataset(prepared16, "train", batch_size=2, training=True, patch=(8, 8, 8),
-                      augment_config=AugmentConfig(noise=0.05), seed=1)
+    ds = make_dataset(
+        prepared16,
+        "train",
+        batch_size=2,
+        training=True,
+        patch=(8, 8, 8),
+        augment_config=AugmentConfig(noise=0.05),
+        seed=1,
+    )
     x, y, w = next(iter(ds))
     assert x.shape == (2, 8, 8, 8, 4) and y.shape == (2, 8, 8, 8, 1) and w.numpy().tolist() == [1.0, 1.0]
     assert set(np.unique(y.numpy())) <= {0.0, 1.0}
@@ -71,8 +80,9 @@ def test_evaluation_padding_counts_every_case_once(prepared16: Path) -> None:
     steps = eval_batches(n, num_workers=2, batch_size_per_worker=1)
     total = 0.0
     for index in (0, 1):
-        ds = make_dataset(prepared16, "val", batch_size=1, training=False, num_shards=2, shard_index=index,
-                          pad_to_batches=steps)
+        ds = make_dataset(
+            prepared16, "val", batch_size=1, training=False, num_shards=2, shard_index=index, pad_to_batches=steps
+        )
         batches = list(ds)
         assert len(batches) == steps
         total += sum(float(tf.reduce_sum(w)) for _, _, w in batches)
@@ -87,8 +97,11 @@ def test_evaluation_padding_with_more_workers_than_cases(prepared16: Path) -> No
     steps = eval_batches(n, num_workers=4, batch_size_per_worker=2)
     total = 0.0
     for index in range(4):
-        batches = list(make_dataset(prepared16, "val", batch_size=2, training=False, num_shards=4, shard_index=index,
-                                    pad_to_batches=steps))
+        batches = list(
+            make_dataset(
+                prepared16, "val", batch_size=2, training=False, num_shards=4, shard_index=index, pad_to_batches=steps
+            )
+        )
         assert len(batches) == steps and all(b[0].shape[0] == 2 for b in batches), index
         total += sum(float(tf.reduce_sum(w)) for _, _, w in batches)
     assert total == n

@@ -157,8 +157,17 @@ def _corrupt(kind: str, src: Path) -> str:
 
 @pytest.mark.parametrize(
     "kind",
-    ["no_dataset_json", "invalid_json", "missing_field", "listed_file_missing", "truncated", "shape_mismatch",
-     "nan_voxels", "undeclared_label", "modality_count"],
+    [
+        "no_dataset_json",
+        "invalid_json",
+        "missing_field",
+        "listed_file_missing",
+        "truncated",
+        "shape_mismatch",
+        "nan_voxels",
+        "undeclared_label",
+        "modality_count",
+    ],
 )
 def test_bad_input_gives_one_error_and_no_output(
     kind: str, msd16: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -196,8 +205,22 @@ def test_existing_out_is_not_overwritten(msd16: Path, tmp_path: Path) -> None:
 
 def test_cli_synth_prepare_visualize(tmp_path: Path) -> None:
     assert main(["synth", str(tmp_path / "msd"), "--cases", "4", "--shape", "16,16,16", "--test-cases", "0"]) == 0
-    assert main(["prepare", str(tmp_path / "msd"), str(tmp_path / "prep"), "--shape", "16,16,16",
-                 "--split", "0.5,0.25,0.25", "--shards", "1"]) == 0
+    assert (
+        main(
+            [
+                "prepare",
+                str(tmp_path / "msd"),
+                str(tmp_path / "prep"),
+                "--shape",
+                "16,16,16",
+                "--split",
+                "0.5,0.25,0.25",
+                "--shards",
+                "1",
+            ]
+        )
+        == 0
+    )
     png, gif = tmp_path / "s.png", tmp_path / "s.gif"
     assert main(["visualize", str(tmp_path / "prep"), "--case", "0", "--out", str(png)]) == 0
     assert main(["visualize", str(tmp_path / "prep"), "--case", "0", "--out", str(gif)]) == 0

@@ -23,20 +23,28 @@ def model16(prepared16: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A U-Net trained for a few epochs on 16^3 patches (no normalisation layer: its output depends on the cube only through the receptive field)."""
     from distmis.training import fit
 
-    config = ExperimentConfig.model_validate({
-        "name": "m",
-        "data": {"source": str(prepared16)},
-        "train": {"epochs": 12, "batch_size_per_replica": 2, "threads": 2, "augment": {"flip": False, "intensity": 0.0}},
-        "model": {"depth": 3, "filters": 8, "norm": "none"},
-        "optimizer": {"lr": 0.01},
-    })
+    config = ExperimentConfig.model_validate(
+        {
+            "name": "m",
+            "data": {"source": str(prepared16)},
+            "train": {
+                "epochs": 12,
+                "batch_size_per_replica": 2,
+                "threads": 2,
+                "augment": {"flip": False, "intensity": 0.0},
+            },
+            "model": {"depth": 3, "filters": 8, "norm": "none"},
+            "optimizer": {"lr": 0.01},
+        }
+    )
     run = tmp_path_factory.mktemp("model") / "run"
     fit(config, prepared16, run)
     return run / "best"
 
 
-def _write_case(path: Path, shape: tuple[int, int, int], *, channels: int = 4, seed: int = 0,
-                affine: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def _write_case(
+    path: Path, shape: tuple[int, int, int], *, channels: int = 4, seed: int = 0, affine: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     image, label = synth_case(shape, channels, np.random.default_rng(seed))
     path.parent.mkdir(parents=True, exist_ok=True)
     nib.save(nib.Nifti1Image(image, np.eye(4) if affine is None else affine), str(path))
@@ -102,7 +110,9 @@ def test_resampling_model_predicts_back_in_source_geometry(model16: Path, tmp_pa
     assert pred.any() and not pred.all()
 
 
-def test_bad_inputs_fail_per_case_and_exit_nonzero(model16: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_inputs_fail_per_case_and_exit_nonzero(
+    model16: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     inputs = tmp_path / "imagesTs"
     _write_case(inputs / "good.nii.gz", (16, 16, 16))
     _write_case(inputs / "two_modalities.nii.gz", (16, 16, 16), channels=2)
@@ -140,9 +150,17 @@ def test_evaluate_scores_the_test_split_and_logs_to_the_search_run(
     client = MlflowClient(tracking_uri=uri)
     experiment_id = client.create_experiment("evaltest", artifact_location=(tmp_path / "artifacts").as_uri())
     parent = client.create_run(experiment_id, run_name="search").info.run_id
-    (search / "mlflow.json").write_text(json.dumps({"tracking_uri": uri, "experiment": "evaltest",
-                                                     "experiment_id": experiment_id, "parent_run_id": parent,
-                                                     "trials": {}}))
+    (search / "mlflow.json").write_text(
+        json.dumps(
+            {
+                "tracking_uri": uri,
+                "experiment": "evaltest",
+                "experiment_id": experiment_id,
+                "parent_run_id": parent,
+                "trials": {},
+            }
+        )
+    )
     assert main(["evaluate", str(search / "best"), str(prepared16), "--split", "test"]) == 0
     out = search / "evaluate-test"
     rows = (out / "metrics.csv").read_text().splitlines()
@@ -180,19 +198,43 @@ def test_multiclass_model_is_scored_per_label(msd16: Path, tmp_path: Path) -> No
     from distmis.training import fit
 
     prepared = tmp_path / "prep-multi"
-    prepare_dataset(msd16, prepared, shape=(16, 16, 16), label_mode="multiclass", split=(0.7, 0.15, 0.15), shards=1,
-                    seed=0, workers=1)
-    config = ExperimentConfig.model_validate({
-        "name": "mc", "data": {"source": str(prepared)},
-        "train": {"epochs": 2, "batch_size_per_replica": 2, "threads": 2, "loss": "dice_ce"},
-        "model": {"depth": 3, "filters": 4, "norm": "none"},
-    })
+    prepare_dataset(
+        msd16,
+        prepared,
+        shape=(16, 16, 16),
+        label_mode="multiclass",
+        split=(0.7, 0.15, 0.15),
+        shards=1,
+        seed=0,
+        workers=1,
+    )
+    config = ExperimentConfig.model_validate(
+        {
+            "name": "mc",
+            "data": {"source": str(prepared)},
+            "train": {"epochs": 2, "batch_size_per_replica": 2, "threads": 2, "loss": "dice_ce"},
+            "model": {"depth": 3, "filters": 4, "norm": "none"},
+        }
+    )
     fit(config, prepared, tmp_path / "run")
     out = tmp_path / "eval"
-    assert main(["evaluate", str(tmp_path / "run" / "best"), str(prepared), "--split", "test", "--out", str(out),
-                 "--no-track"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                str(tmp_path / "run" / "best"),
+                str(prepared),
+                "--split",
+                "test",
+                "--out",
+                str(out),
+                "--no-track",
+            ]
+        )
+        == 0
+    )
     header = (out / "metrics.csv").read_text().splitlines()[0].split(",")
-    for label in ("edema", "non-enhancing_tumor", "enhancing_tumour"):
+    for label in ("edema", "non_enhancing_tumor", "enhancing_tumour"):  # metric_suffix of the names
         assert f"dice_{label}" in header and f"hd95_mm_{label}" in header
     pred = np.asarray(nib.load(str(next((out / "predictions").iterdir()))).dataobj)
     assert set(np.unique(pred)) <= {0, 1, 2, 3}
@@ -210,9 +252,22 @@ def test_predict_on_an_existing_ray_cluster(model16: Path, msd16: Path, tmp_path
     try:
         out = tmp_path / "preds"
         result = subprocess.run(
-            [sys.executable, "-m", "distmis", "predict", str(model16), str(msd16 / "imagesTr"), "--out", str(out),
-             "--address", head.address],
-            env=head.env, capture_output=True, text=True, timeout=300,
+            [
+                sys.executable,
+                "-m",
+                "distmis",
+                "predict",
+                str(model16),
+                str(msd16 / "imagesTr"),
+                "--out",
+                str(out),
+                "--address",
+                head.address,
+            ],
+            env=head.env,
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
     finally:
         head.stop()

@@ -53,10 +53,14 @@ def test_normalisation_is_over_channels() -> None:
     model = build_unet(ModelConfig(depth=2, filters=8, norm="batch"), channels=4, num_classes=1)
     bn = model.get_layer("down0_norm1")
     assert bn.axis in (-1, 4) and tuple(bn.gamma.shape) == (8,)
-    gn = build_unet(ModelConfig(depth=2, filters=8, norm="group", groups=4), channels=4, num_classes=1).get_layer("down0_norm1")
+    gn = build_unet(ModelConfig(depth=2, filters=8, norm="group", groups=4), channels=4, num_classes=1).get_layer(
+        "down0_norm1"
+    )
     assert gn.axis in (-1, 4) and gn.groups == 4 and tuple(gn.gamma.shape) == (8,)
     # instance norm: each channel normalised on its own over space
-    inst = build_unet(ModelConfig(depth=2, filters=8, norm="instance"), channels=4, num_classes=1).get_layer("down0_norm1")
+    inst = build_unet(ModelConfig(depth=2, filters=8, norm="instance"), channels=4, num_classes=1).get_layer(
+        "down0_norm1"
+    )
     x = tf.random.normal((2, 8, 8, 8, 8), mean=3.0, stddev=5.0)
     out = inst(x, training=True).numpy()
     np.testing.assert_allclose(out.mean(axis=(1, 2, 3)), 0, atol=1e-3)
@@ -64,11 +68,17 @@ def test_normalisation_is_over_channels() -> None:
 
 
 def test_group_norm_with_8_filters_builds_and_bad_groups_fail() -> None:
-    build_unet(ModelConfig.model_construct(depth=3, filters=8, kernel_size=3, norm="group", groups=8, dropout=0.0),
-               channels=4, num_classes=1)
+    build_unet(
+        ModelConfig.model_construct(depth=3, filters=8, kernel_size=3, norm="group", groups=8, dropout=0.0),
+        channels=4,
+        num_classes=1,
+    )
     with pytest.raises(ValueError, match="groups to divide filters"):
-        build_unet(ModelConfig.model_construct(depth=2, filters=8, kernel_size=3, norm="group", groups=3, dropout=0.0),
-                   channels=4, num_classes=1)
+        build_unet(
+            ModelConfig.model_construct(depth=2, filters=8, kernel_size=3, norm="group", groups=3, dropout=0.0),
+            channels=4,
+            num_classes=1,
+        )
 
 
 def test_optimisers_and_loss_registry() -> None:

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
-
 from mlflowserver import MlflowServer
 from raycluster import clean_env, free_port, stop_group
 
@@ -62,12 +61,18 @@ def check_tracked(uri: str, experiment: str, out: Path, epochs: int) -> None:
     assert {"search.yaml", "results.csv", "best.yaml"} <= top
 
 
-def test_search_tracked_on_a_real_server(prepared16: Path, tmp_path: Path,
-                                         capfd: pytest.CaptureFixture[str]) -> None:
+def test_search_tracked_on_a_real_server(prepared16: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     server = MlflowServer(tmp_path / "server").start()
     try:
-        path = space_file(tmp_path, prepared16, name="tracked", algorithm="random", samples=3, epochs=2,
-                          space={"lr": {"loguniform": [3.0e-3, 2.0e-2]}, "amsgrad": {"choice": [True, False]}})
+        path = space_file(
+            tmp_path,
+            prepared16,
+            name="tracked",
+            algorithm="random",
+            samples=3,
+            epochs=2,
+            space={"lr": {"loguniform": [3.0e-3, 2.0e-2]}, "amsgrad": {"choice": [True, False]}},
+        )
         out = tmp_path / "runs" / "tracked"
         secret_uri = server.uri.replace("http://", "http://alice:s3cret-pw@")  # the server ignores them
         run_search(load_config(path, require_space=True), space_file=path, out=out, tracking_uri=secret_uri, verbose=0)
@@ -89,8 +94,15 @@ def test_search_tracked_on_a_real_server(prepared16: Path, tmp_path: Path,
 
 
 def test_default_local_store(prepared16: Path, tmp_path: Path) -> None:
-    path = space_file(tmp_path, prepared16, name="local", algorithm="random", samples=3, epochs=2,
-                      space={"lr": {"loguniform": [3.0e-3, 2.0e-2]}})
+    path = space_file(
+        tmp_path,
+        prepared16,
+        name="local",
+        algorithm="random",
+        samples=3,
+        epochs=2,
+        space={"lr": {"loguniform": [3.0e-3, 2.0e-2]}},
+    )
     out = tmp_path / "runs" / "local"
     try:
         run_search(load_config(path, require_space=True), space_file=path, out=out, verbose=0)
@@ -106,13 +118,25 @@ def test_default_local_store(prepared16: Path, tmp_path: Path) -> None:
 
 
 def test_unreachable_server_fails_before_training(prepared16: Path, tmp_path: Path) -> None:
-    path = space_file(tmp_path, prepared16, name="down", algorithm="random", samples=1, epochs=1,
-                      space={"lr": {"loguniform": [3.0e-3, 2.0e-2]}})
+    path = space_file(
+        tmp_path,
+        prepared16,
+        name="down",
+        algorithm="random",
+        samples=1,
+        epochs=1,
+        space={"lr": {"loguniform": [3.0e-3, 2.0e-2]}},
+    )
     out = tmp_path / "out"
     start = time.monotonic()
     with pytest.raises(TrackingError, match=r"MLflow tracking store http://127\.0\.0\.1:\d+ is unreachable"):
-        run_search(load_config(path, require_space=True), space_file=path, out=out,
-                   tracking_uri=f"http://127.0.0.1:{free_port()}", verbose=0)
+        run_search(
+            load_config(path, require_space=True),
+            space_file=path,
+            out=out,
+            tracking_uri=f"http://127.0.0.1:{free_port()}",
+            verbose=0,
+        )
     assert time.monotonic() - start < 60
     assert not (out / "trials").exists() and not (out / "tune").exists()
 
@@ -124,13 +148,26 @@ def test_server_killed_mid_search_loses_no_metric(prepared16: Path, tmp_path: Pa
     and the search must not end before its queue is sent (it waits for the server).
     """
     server = MlflowServer(tmp_path / "server").start()
-    path = space_file(tmp_path, prepared16, name="flaky", algorithm="random", samples=3, epochs=4, concurrency=1,
-                      steps_per_epoch=40, space={"lr": {"loguniform": [3.0e-3, 2.0e-2]}})
+    path = space_file(
+        tmp_path,
+        prepared16,
+        name="flaky",
+        algorithm="random",
+        samples=3,
+        epochs=4,
+        concurrency=1,
+        steps_per_epoch=40,
+        space={"lr": {"loguniform": [3.0e-3, 2.0e-2]}},
+    )
     out = tmp_path / "runs" / "flaky"
     log = open(tmp_path / "search.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "distmis", "tune", str(path), "--out", str(out),
-                             "--tracking-uri", server.uri], env=clean_env(PYTHONUNBUFFERED="1"),
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "distmis", "tune", str(path), "--out", str(out), "--tracking-uri", server.uri],
+        env=clean_env(PYTHONUNBUFFERED="1"),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
     def epochs_done() -> int:
         return sum(len(list(csv.DictReader(open(m)))) for m in out.glob("trials/*/metrics.csv"))
@@ -169,8 +206,9 @@ def test_server_killed_mid_search_loses_no_metric(prepared16: Path, tmp_path: Pa
         server.stop()
 
 
-def test_hung_server_does_not_slow_the_search(prepared16: Path, tmp_path: Path,
-                                              capfd: pytest.CaptureFixture[str]) -> None:
+def test_hung_server_does_not_slow_the_search(
+    prepared16: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     """A tracking host that accepts connections and never answers (a real socket) must not
     delay a single epoch: tracking is sent by a background thread, never on Tune's path."""
     from blackhole import BlackholeProxy
@@ -179,13 +217,22 @@ def test_hung_server_does_not_slow_the_search(prepared16: Path, tmp_path: Path,
 
     server = MlflowServer(tmp_path / "server").start()
     proxy = BlackholeProxy(server.port, hang_after_requests=3)  # hangs right after the parent run is created
-    path = space_file(tmp_path, prepared16, name="hung", algorithm="random", samples=4, epochs=3, concurrency=2,
-                      space={"lr": {"loguniform": [3.0e-3, 2.0e-2]}})
+    path = space_file(
+        tmp_path,
+        prepared16,
+        name="hung",
+        algorithm="random",
+        samples=4,
+        epochs=3,
+        concurrency=2,
+        space={"lr": {"loguniform": [3.0e-3, 2.0e-2]}},
+    )
     path.write_text(path.read_text() + "tracking: {final_flush_seconds: 2}\n")
     out = tmp_path / "runs" / "hung"
     try:
-        summary = run_search(load_config(path, require_space=True), space_file=path, out=out,
-                             tracking_uri=proxy.uri, verbose=0)
+        summary = run_search(
+            load_config(path, require_space=True), space_file=path, out=out, tracking_uri=proxy.uri, verbose=0
+        )
         assert proxy.hanging.is_set() and proxy.hung_at is not None
         assert summary.trials == 4 and summary.failed == 0
         rows = read_results(out)
@@ -193,7 +240,7 @@ def test_hung_server_does_not_slow_the_search(prepared16: Path, tmp_path: Path,
         # every epoch followed the previous one by about its own duration: no 10 s HTTP timeout in between
         for r in rows:
             history = list(csv.DictReader(open(out / "trials" / r["trial_id"] / "metrics.csv")))
-            for prev, cur in zip(history, history[1:]):
+            for prev, cur in zip(history, history[1:], strict=False):
                 gap = float(cur["finished_at"]) - float(prev["finished_at"]) - float(cur["epoch_seconds"])
                 assert gap < 5.0, (r["trial_id"], cur["epoch"], gap)
         tracker = SearchTracker(proxy.uri, "hung", out)

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from raycluster import free_port
 
 pytestmark = pytest.mark.slow
@@ -65,15 +64,20 @@ def prepared4(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _run(prepared: Path, out: Path, per_replica: int, workers: int) -> None:
     env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
     if workers == 1:
-        subprocess.run([sys.executable, "-c", STEP, str(prepared), str(out), str(per_replica)], env=env,
-                       check=True, timeout=300)
+        subprocess.run(
+            [sys.executable, "-c", STEP, str(prepared), str(out), str(per_replica)], env=env, check=True, timeout=300
+        )
         return
     ports = [free_port() for _ in range(workers)]
     procs = []
     for i in range(workers):
         tf_config = {"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]}, "task": {"type": "worker", "index": i}}
-        procs.append(subprocess.Popen([sys.executable, "-c", STEP, str(prepared), str(out), str(per_replica)],
-                                      env={**env, "TF_CONFIG": json.dumps(tf_config)}))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", STEP, str(prepared), str(out), str(per_replica)],
+                env={**env, "TF_CONFIG": json.dumps(tf_config)},
+            )
+        )
     try:
         assert [p.wait(timeout=300) for p in procs] == [0] * workers
     finally:
@@ -120,21 +124,31 @@ def test_a_warm_group_starts_each_trial_fresh_and_steps_like_one_worker(prepared
     init_ray(None, num_cpus=2)
     try:
         group = WorkerGroup(2, cpus=1, gpus=0, threads=1)
-        previous = ExperimentConfig.model_validate({
-            "data": {"source": str(prepared4)},
-            "train": {"epochs": 2, "batch_size_per_replica": 1, "seed": 3},
-            "model": {"depth": 2, "filters": 4, "norm": "batch"}, "optimizer": {"name": "adam", "lr": 0.01},
-        }).to_yaml_dict()
+        previous = ExperimentConfig.model_validate(
+            {
+                "data": {"source": str(prepared4)},
+                "train": {"epochs": 2, "batch_size_per_replica": 1, "seed": 3},
+                "model": {"depth": 2, "filters": 4, "norm": "batch"},
+                "optimizer": {"name": "adam", "lr": 0.01},
+            }
+        ).to_yaml_dict()
         group.call("start_trial", previous, {}, str(prepared4), str(tmp_path / "a"), "val_dice", "max", None, 0)
         group.call("step")
         group.call("step")  # trained weights, Adam slots and batch-norm statistics now exist in the group
-        trial = ExperimentConfig.model_validate({
-            "data": {"source": str(prepared4), "prepare": {"shape": [16, 16, 16]}},
-            "train": {"epochs": 1, "batch_size_per_replica": 2, "steps_per_epoch": 1, "seed": 7,
-                      "augment": {"flip": False, "intensity": 0.0, "noise": 0.0}},
-            "model": {"depth": 2, "filters": 4, "norm": "none"},
-            "optimizer": {"name": "sgd", "lr": 0.5, "momentum": 0.0},
-        }).to_yaml_dict()
+        trial = ExperimentConfig.model_validate(
+            {
+                "data": {"source": str(prepared4), "prepare": {"shape": [16, 16, 16]}},
+                "train": {
+                    "epochs": 1,
+                    "batch_size_per_replica": 2,
+                    "steps_per_epoch": 1,
+                    "seed": 7,
+                    "augment": {"flip": False, "intensity": 0.0, "noise": 0.0},
+                },
+                "model": {"depth": 2, "filters": 4, "norm": "none"},
+                "optimizer": {"name": "sgd", "lr": 0.5, "momentum": 0.0},
+            }
+        ).to_yaml_dict()
         group.call("start_trial", trial, {}, str(prepared4), str(tmp_path / "b"), "val_dice", "max", None, 0)
         before = group.call("weights")
         for rank in range(2):  # a fresh build with the same seed: nothing left of the previous trial

@@ -27,8 +27,12 @@ def _config(prepared: Path, **train: object) -> ExperimentConfig:
 
 def test_overfits_small_subset(prepared16: Path, tmp_path: Path) -> None:
     """Train Dice >= 0.9 within a bounded number of epochs on 8 cases of 16^3."""
-    result = fit(_config(prepared16, epochs=60, threads=2), prepared16, tmp_path / "run",
-                 on_epoch=lambda m, _: m.dice >= 0.9 and m.epoch >= 5)
+    result = fit(
+        _config(prepared16, epochs=60, threads=2),
+        prepared16,
+        tmp_path / "run",
+        on_epoch=lambda m, _: m.dice >= 0.9 and m.epoch >= 5,
+    )
     assert result.history[-1]["dice"] >= 0.9, result.history[-1]
     rows = list(csv.DictReader(open(tmp_path / "run" / "metrics.csv")))
     assert len(rows) == len(result.history) and int(rows[-1]["epoch"]) == len(rows)
@@ -47,10 +51,20 @@ def test_resume_continues_from_checkpoint(prepared16: Path, tmp_path: Path) -> N
     assert float(rows[0]["loss"]) == pytest.approx(first.history[0]["loss"])  # kept from the first run
 
 
-def test_cli_train_refuses_to_overwrite_and_resumes(prepared16: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_train_refuses_to_overwrite_and_resumes(
+    prepared16: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     cfg = tmp_path / "cfg.yaml"
-    cfg.write_text(yaml.safe_dump({"name": "c", "data": {"source": str(prepared16)},
-                                   "train": {"epochs": 1, "batch_size_per_replica": 2}, "model": {"filters": 4}}))
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "name": "c",
+                "data": {"source": str(prepared16)},
+                "train": {"epochs": 1, "batch_size_per_replica": 2},
+                "model": {"filters": 4},
+            }
+        )
+    )
     out = tmp_path / "run"
     assert main(["train", str(cfg), "--out", str(out)]) == 0
     assert "val_dice" in capsys.readouterr().out

@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from raycluster import RayHead, clean_env, stop_group
 from test_search import read_results, space_file
 
@@ -22,10 +21,17 @@ from distmis.tuning import plan_concurrency
 
 
 def _cfg(mode: str, workers: int, cpus: float = 1, gpus: float = 0, concurrent: int | None = None) -> ExperimentConfig:
-    return ExperimentConfig.model_validate({
-        "parallelism": {"mode": mode, "workers_per_trial": workers, "cpus_per_worker": cpus, "gpus_per_worker": gpus},
-        "search": {"max_concurrent_trials": concurrent},
-    })
+    return ExperimentConfig.model_validate(
+        {
+            "parallelism": {
+                "mode": mode,
+                "workers_per_trial": workers,
+                "cpus_per_worker": cpus,
+                "gpus_per_worker": gpus,
+            },
+            "search": {"max_concurrent_trials": concurrent},
+        }
+    )
 
 
 def test_plan_concurrency() -> None:
@@ -41,11 +47,22 @@ def test_plan_concurrency() -> None:
         plan_concurrency(_cfg("data", 1, cpus=6), cluster, nodes=[{"CPU": 4.0}, {"CPU": 4.0}])
 
 
-def data_parallel_file(tmp_path: Path, prepared: Path, *, name: str, mode: str = "data", workers: int = 2,
-                       concurrency: int = 1, **kwargs: object) -> Path:
+def data_parallel_file(
+    tmp_path: Path,
+    prepared: Path,
+    *,
+    name: str,
+    mode: str = "data",
+    workers: int = 2,
+    concurrency: int = 1,
+    **kwargs: object,
+) -> Path:
     path = space_file(tmp_path, prepared, name=name, concurrency=concurrency, **kwargs)  # type: ignore[arg-type]
-    doc = path.read_text().replace("mode: experiment", f"mode: {mode}").replace(
-        "workers_per_trial: 1", f"workers_per_trial: {workers}")
+    doc = (
+        path.read_text()
+        .replace("mode: experiment", f"mode: {mode}")
+        .replace("workers_per_trial: 1", f"workers_per_trial: {workers}")
+    )
     doc = doc.replace("batch_size_per_replica: 2", "batch_size_per_replica: 1")
     doc = doc.replace("  filters: 8\n", "  filters: 8\n  norm: group\n")  # batch norm is noise at batch 1
     path.write_text(doc)
@@ -88,11 +105,23 @@ def two_nodes(tmp_path: Path):
 def test_trials_after_the_first_reuse_a_warm_group(prepared16: Path, tmp_path: Path) -> None:
     """One worker group for the whole search: later trials pay no process start-up, only their
     own set-up (the model built in the group's strategy)."""
-    path = data_parallel_file(tmp_path, prepared16, name="warm", algorithm="grid", samples=1, epochs=2,
-                              space={"lr": {"choice": [2.0e-2, 1.0e-2, 5.0e-3]}})
+    path = data_parallel_file(
+        tmp_path,
+        prepared16,
+        name="warm",
+        algorithm="grid",
+        samples=1,
+        epochs=2,
+        space={"lr": {"choice": [2.0e-2, 1.0e-2, 5.0e-3]}},
+    )
     out = tmp_path / "out"
-    result = subprocess.run([sys.executable, "-m", "distmis", "tune", str(path), "--out", str(out)],
-                            env=clean_env(), capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-m", "distmis", "tune", str(path), "--out", str(out)],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     firsts = first_epochs(out)
     assert len(firsts) == 3 and [r["warm_start"] for r in firsts] == [False, True, True]
@@ -110,14 +139,25 @@ def test_data_parallel_trials_span_two_nodes(prepared16: Path, tmp_path: Path, t
     head = two_nodes
     # grid, run in order, one trial at a time: a good lr, then a hopeless one that ASHA stops
     # at its first rung (its val_loss is worse than the first trial's there)
-    path = data_parallel_file(tmp_path, prepared16, name="dp", algorithm="grid", samples=1, epochs=3,
-                              scheduler={"type": "asha", "grace_period": 1, "reduction_factor": 2},
-                              steps_per_epoch=20, space={"lr": {"choice": [2.0e-2, 1.0e-7]}})
+    path = data_parallel_file(
+        tmp_path,
+        prepared16,
+        name="dp",
+        algorithm="grid",
+        samples=1,
+        epochs=3,
+        scheduler={"type": "asha", "grace_period": 1, "reduction_factor": 2},
+        steps_per_epoch=20,
+        space={"lr": {"choice": [2.0e-2, 1.0e-7]}},
+    )
     path.write_text(path.read_text().replace("metric: val_dice", "metric: val_loss").replace("mode: max", "mode: min"))
     out = tmp_path / "out"
     result = subprocess.run(
         [sys.executable, "-m", "distmis", "tune", str(path), "--out", str(out), "--address", head.address],
-        env=head.env, capture_output=True, text=True, timeout=600,
+        env=head.env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     rows = read_results(out)
@@ -152,18 +192,31 @@ def _epochs_of(out: Path, trial: str) -> list[int]:
 
 
 @pytest.mark.slow
-def test_a_killed_worker_restarts_the_trial_from_its_checkpoint(prepared16: Path, tmp_path: Path,
-                                                               two_nodes: RayHead) -> None:
+def test_a_killed_worker_restarts_the_trial_from_its_checkpoint(
+    prepared16: Path, tmp_path: Path, two_nodes: RayHead
+) -> None:
     """kill -9 one worker mid-epoch: the trial fails, gets a new group and continues from its last
     checkpoint; every epoch is trained (and reported) exactly once."""
     head = two_nodes
-    path = data_parallel_file(tmp_path, prepared16, name="kill", algorithm="random", samples=1, epochs=4,
-                              steps_per_epoch=60, space={"lr": {"loguniform": [3.0e-3, 2.0e-2]}})
+    path = data_parallel_file(
+        tmp_path,
+        prepared16,
+        name="kill",
+        algorithm="random",
+        samples=1,
+        epochs=4,
+        steps_per_epoch=60,
+        space={"lr": {"loguniform": [3.0e-3, 2.0e-2]}},
+    )
     out = tmp_path / "out"
     log = open(tmp_path / "search.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "distmis", "tune", str(path), "--out", str(out), "--address",
-                             head.address], env={**head.env, "PYTHONUNBUFFERED": "1"}, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "distmis", "tune", str(path), "--out", str(out), "--address", head.address],
+        env={**head.env, "PYTHONUNBUFFERED": "1"},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 300
         killed = None
@@ -183,7 +236,7 @@ def test_a_killed_worker_restarts_the_trial_from_its_checkpoint(prepared16: Path
     rows = read_results(out)
     assert len(rows) == 1 and rows[0]["status"] == "TERMINATED" and rows[0]["epochs"] == "4"
     assert _epochs_of(out, rows[0]["trial_id"]) == [1, 2, 3, 4]
-    text = (tmp_path / "search.log").read_text()
+    text = (tmp_path / "search.log").read_text() + (out / "tune.log").read_text()
     assert "died during step" in text  # the failure was seen as a lost worker
     assert f"trial {rows[0]['trial_id']} resumes from epoch" in text  # not from scratch
     wait_free(head, 2)
@@ -191,13 +244,26 @@ def test_a_killed_worker_restarts_the_trial_from_its_checkpoint(prepared16: Path
 
 @pytest.mark.slow
 def test_data_parallel_search_resumes_after_the_driver_is_killed(prepared16: Path, tmp_path: Path) -> None:
-    path = data_parallel_file(tmp_path, prepared16, name="dpresume", algorithm="grid", samples=1, epochs=3,
-                              steps_per_epoch=20, space={"lr": {"choice": [2.0e-2, 1.0e-2]}})
+    path = data_parallel_file(
+        tmp_path,
+        prepared16,
+        name="dpresume",
+        algorithm="grid",
+        samples=1,
+        epochs=3,
+        steps_per_epoch=20,
+        space={"lr": {"choice": [2.0e-2, 1.0e-2]}},
+    )
     out = tmp_path / "out"
     env = clean_env(PYTHONUNBUFFERED="1")
     log = open(tmp_path / "first.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "distmis", "tune", str(path), "--out", str(out)], env=env,
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "distmis", "tune", str(path), "--out", str(out)],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     finished: dict[str, str] = {}
     try:
         deadline = time.monotonic() + 300
@@ -214,8 +280,13 @@ def test_data_parallel_search_resumes_after_the_driver_is_killed(prepared16: Pat
     finally:
         stop_group(proc, timeout=5)
         log.close()
-    resumed = subprocess.run([sys.executable, "-m", "distmis", "tune", str(path), "--out", str(out), "--resume"],
-                             env=env, capture_output=True, text=True, timeout=600)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "distmis", "tune", str(path), "--out", str(out), "--resume"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     rows = read_results(out)
     assert len(rows) == 2 and all(r["status"] == "TERMINATED" and r["epochs"] == "3" for r in rows), rows
@@ -236,13 +307,26 @@ def test_hybrid_trials_overlap_each_in_its_own_placement(prepared16: Path, tmp_p
         while head.alive_nodes() < 2:
             assert time.monotonic() < deadline
             time.sleep(1)
-        path = data_parallel_file(tmp_path, prepared16, name="hybrid", mode="hybrid", concurrency=2,
-                                  algorithm="grid", samples=1, epochs=3, steps_per_epoch=20,
-                                  space={"lr": {"choice": [2.0e-2, 1.5e-2, 1.0e-2, 5.0e-3]}})
+        path = data_parallel_file(
+            tmp_path,
+            prepared16,
+            name="hybrid",
+            mode="hybrid",
+            concurrency=2,
+            algorithm="grid",
+            samples=1,
+            epochs=3,
+            steps_per_epoch=20,
+            space={"lr": {"choice": [2.0e-2, 1.5e-2, 1.0e-2, 5.0e-3]}},
+        )
         out = tmp_path / "out"
         result = subprocess.run(
             [sys.executable, "-m", "distmis", "tune", str(path), "--out", str(out), "--address", head.address],
-            env=head.env, capture_output=True, text=True, timeout=900)
+            env=head.env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
         rows = read_results(out)
         assert len(rows) == 4 and all(r["status"] == "TERMINATED" for r in rows)

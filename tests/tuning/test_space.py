@@ -22,7 +22,9 @@ SPACE = {
 }
 
 
-@pytest.mark.parametrize("sampler", [optuna.samplers.RandomSampler(seed=0), optuna.samplers.TPESampler(seed=0, n_startup_trials=5)])
+@pytest.mark.parametrize(
+    "sampler", [optuna.samplers.RandomSampler(seed=0), optuna.samplers.TPESampler(seed=0, n_startup_trials=5)]
+)
 def test_conditional_parameter_only_sampled_when_condition_holds(sampler: optuna.samplers.BaseSampler) -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(sampler=sampler)
@@ -46,7 +48,9 @@ def test_grid_is_exactly_the_prototype_grid() -> None:
     points = grid_points(cfg.space)
     expected = {
         (lr, norm, b2, ams)
-        for lr, norm, b2, ams in itertools.product([1e-4, 5e-4, 1e-3, 5e-3], ["batch", "group"], [0.99, 0.999], [True, False])
+        for lr, norm, b2, ams in itertools.product(
+            [1e-4, 5e-4, 1e-3, 5e-3], ["batch", "group"], [0.99, 0.999], [True, False]
+        )
     }
     got = {(p["lr"], p["norm"], p["beta_2"], p["amsgrad"]) for p in points}
     assert len(points) == 32 and got == expected

@@ -1,0 +1,100 @@
+"""Gradient checkpointing (``model.remat``): peak memory and step time with and without it.
+
+Each row is a fresh process that builds the 3D U-Net, runs a warm-up training step (tracing)
+and then timed steps on random data, and reports:
+
+  * the peak memory training added (peak RSS minus RSS once the model and optimiser are
+    built: activations kept for the backward pass, gradients, workspace; on a GPU the same
+    tensors live in accelerator memory, which this measures on the CPU);
+  * the median step time.
+
+    python benchmarks/remat.py [--sizes 64,96] [--depth 3] [--filters 16] [--batch 1] [--steps 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+
+STEP = r"""
+import json, os, resource, sys, time
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+from distmis.training import configure_tensorflow
+configure_tensorflow(2)
+import numpy as np, tensorflow as tf
+from distmis.config import ModelConfig
+from distmis.model import build_optimizer, build_unet, get_loss
+from distmis.config import OptimizerConfig
+size, depth, filters, batch, steps, remat = (int(a) for a in sys.argv[1:7])
+model = build_unet(ModelConfig(depth=depth, filters=filters, norm="group", groups=4, remat=bool(remat)),
+                   channels=4, num_classes=1)
+opt = build_optimizer(OptimizerConfig(lr=1e-3))
+opt.build(model.trainable_variables)
+loss_fn = get_loss("dice", "binary")
+x = tf.random.normal((batch, size, size, size, 4))
+y = tf.cast(tf.random.uniform((batch, size, size, size, 1)) > 0.7, tf.float32)
+
+@tf.function
+def step():
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(loss_fn(y, model(x, training=True)))
+    grads = tape.gradient(loss, model.trainable_variables)
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+    return loss
+
+def rss():
+    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+before = rss()  # the model and optimiser are built; no step has run
+step()  # trace and first step
+times = []
+for _ in range(steps):
+    t = time.perf_counter(); step().numpy(); times.append(time.perf_counter() - t)
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(json.dumps({"size": size, "remat": bool(remat), "step_seconds": float(np.median(times)),
+                  "peak_added_bytes": max(peak - before, 0), "peak_bytes": peak}))
+"""
+
+
+def run(size: int, depth: int, filters: int, batch: int, steps: int, remat: bool) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-c", STEP, *map(str, (size, depth, filters, batch, steps, int(remat)))],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="64,96")
+    ap.add_argument("--depth", type=int, default=3)
+    ap.add_argument("--filters", type=int, default=16)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=3)
+    args = ap.parse_args()
+    print(
+        f"3D U-Net depth {args.depth}, {args.filters} filters, batch {args.batch}, group norm, 4 channels; "
+        f"median of {args.steps} steps after a traced warm-up; peak RSS of a fresh process"
+    )
+    print(f"{'size':>6} {'remat':>6} {'step s':>8} {'peak GiB':>9} {'step-added GiB':>15}")
+    for size in (int(s) for s in args.sizes.split(",")):
+        rows = [run(size, args.depth, args.filters, args.batch, args.steps, remat) for remat in (False, True)]
+        for r in rows:
+            print(
+                f"{size:>5}^3 {str(r['remat']):>6} {r['step_seconds']:8.2f} {r['peak_bytes'] / 2**30:9.2f} "
+                f"{r['peak_added_bytes'] / 2**30:15.2f}"
+            )
+        plain, remat = rows
+        print(
+            f"       remat: peak memory {100 * (remat['peak_bytes'] / plain['peak_bytes'] - 1):+.0f}%, "
+            f"step-added memory {100 * (remat['peak_added_bytes'] / max(plain['peak_added_bytes'], 1) - 1):+.0f}%, "
+            f"step time {100 * (remat['step_seconds'] / plain['step_seconds'] - 1):+.0f}%"
+        )
+
+
+if __name__ == "__main__":
+    main()

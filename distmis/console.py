@@ -1,0 +1,70 @@
+"""What a person sees while a search runs: one live view, the rest in a log file.
+
+Ray Tune's own reporter prints boxed per-trial tables, checkpoint paths and every worker
+process's output ("[repeated 5x across cluster]"); TensorFlow and Ray print from C++. A
+64-second search printed about 360 lines. While the trials run, :func:`quiet_output` sends
+all of that - Python and C-level writes alike (file descriptors 1 and 2) - to a log file in
+the experiment directory, and distmis writes only its live view and its notices to the
+terminal. ``--verbose`` keeps everything on the console, as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+_console: Any = None  # the terminal while output is redirected, else None (stdout)
+_notices: Any = None  # the terminal's stderr while output is redirected
+
+
+def console() -> Any:
+    """The rich Console that reaches the person at the terminal."""
+    from rich.console import Console
+
+    return _console if _console is not None else Console()
+
+
+def notify(message: str) -> None:
+    """A notice the person must see even while output goes to the log (``distmis: warning: ...``)."""
+    print(message, file=_notices if _notices is not None else sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def quiet_output(log_path: Path, *, verbose: bool) -> Iterator[Path | None]:
+    """Send stdout and stderr (file descriptors 1 and 2) to ``log_path`` for the block."""
+    global _console, _notices
+    if verbose:
+        yield None
+        return
+    from rich.console import Console
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved_out, saved_err = os.dup(1), os.dup(2)
+    terminal = os.fdopen(os.dup(saved_out), "w", buffering=1)
+    notices = os.fdopen(os.dup(saved_err), "w", buffering=1)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    os.close(log_fd)
+    _console, _notices = Console(file=terminal), notices
+    try:
+        yield log_path
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved_out, 1)
+        os.dup2(saved_err, 2)
+        os.close(saved_out)
+        os.close(saved_err)
+        _console = _notices = None
+        terminal.close()
+        notices.close()
+
+
+__all__ = ["console", "notify", "quiet_output"]

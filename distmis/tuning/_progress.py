@@ -1,0 +1,153 @@
+"""The live view of a search: one row per running trial, counts, the best so far, time left.
+
+A Tune callback in the driver (it sees every result, whatever the trial's worker count) that
+renders with ``rich``. On a terminal the view refreshes in place; elsewhere (a pipe, a SLURM
+log, ``distmis compare``'s prefixed output) nothing refreshes and only one line per ended trial
+is written, then the final view.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from ray.tune import Callback
+
+from distmis.tuning._keys import FAILURE
+
+
+class LiveProgress(Callback):
+    def __init__(self, *, name: str, metric: str, mode: str, epochs: int, trials: int | None, concurrency: int) -> None:
+        self.name, self.metric, self.mode, self.epochs = name, metric, mode, epochs
+        self.trials, self.concurrency = trials, concurrency
+        self._reset()
+
+    def _reset(self) -> None:
+        self._live: Any = None
+        self._started = time.time()
+        self._running: dict[str, dict[str, Any]] = {}
+        self._ended: dict[str, str] = {}  # trial id -> finished | stopped | failed
+        self._best: tuple[float, str, int] | None = None  # value, trial, epoch
+        self._epoch_seconds: list[float] = []
+
+    # Tune pickles callbacks into its experiment state; the view is rebuilt where it is needed
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in ("name", "metric", "mode", "epochs", "trials", "concurrency")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._reset()
+
+    # ------------------------------------------------------------------ Tune hooks
+    def setup(self, **info: Any) -> None:
+        from rich.live import Live
+
+        from distmis.console import console
+
+        self._reset()
+        out = console()
+        self._live = Live(
+            self.render(),
+            console=out,
+            refresh_per_second=2,
+            transient=False,
+            get_renderable=self.render,
+            auto_refresh=out.is_terminal,
+        )
+        self._live.start()
+
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._running.setdefault(trial.trial_id, {"epoch": 0, "value": None, "best": None})
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+        row = self._running.setdefault(trial.trial_id, {"epoch": 0, "value": None, "best": None})
+        epoch, value = int(result.get("epoch", 0) or 0), result.get(self.metric)
+        if epoch <= 0 or value is None or (isinstance(value, float) and math.isnan(value)):
+            return
+        row.update(epoch=epoch, value=float(value))
+        if row["best"] is None or self._better(float(value), row["best"]):
+            row["best"] = float(value)
+        if self._best is None or self._better(float(value), self._best[0]):
+            self._best = (float(value), trial.trial_id, epoch)
+        if result.get("epoch_seconds"):
+            self._epoch_seconds.append(float(result["epoch_seconds"]))
+        self._refresh()
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        last = trial.last_result or {}
+        if last.get(FAILURE):
+            self._end(trial, "failed", str(last[FAILURE]))
+        else:
+            epochs = int(last.get("epoch", 0) or 0)
+            self._end(trial, "finished" if epochs >= self.epochs else "stopped", None)
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._end(trial, "failed", str(getattr(trial, "error_file", "") or ""))
+
+    def on_experiment_end(self, trials: list, **info: Any) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ the view
+    def _better(self, a: float, b: float) -> bool:
+        return a > b if self.mode == "max" else a < b
+
+    def _end(self, trial: Any, how: str, reason: str | None) -> None:
+        row = self._running.pop(trial.trial_id, {})
+        self._ended[trial.trial_id] = how
+        best = row.get("best")
+        text = (
+            f"trial {trial.trial_id} {how}"
+            + (f" after epoch {row.get('epoch', 0)}" if how == "stopped" else "")
+            + (f": best {self.metric} {best:.4f}" if best is not None else "")
+            + (f" ({reason})" if reason else "")
+        )
+        if self._live is not None and not self._live.console.is_terminal:
+            self._live.console.print(text, markup=False, highlight=False)
+        self._refresh()
+
+    def _refresh(self) -> None:
+        if self._live is not None and self._live.console.is_terminal:
+            self._live.refresh()
+
+    def counts(self) -> dict[str, int]:
+        return {how: sum(1 for v in self._ended.values() if v == how) for how in ("finished", "stopped", "failed")}
+
+    def remaining_seconds(self) -> float | None:
+        """Epochs left (running trials' and not-started trials') x mean epoch time / concurrency."""
+        if not self._epoch_seconds or self.trials is None:
+            return None
+        left = sum(self.epochs - r["epoch"] for r in self._running.values())
+        left += max(0, self.trials - len(self._ended) - len(self._running)) * self.epochs
+        return left * (sum(self._epoch_seconds) / len(self._epoch_seconds)) / max(1, self.concurrency)
+
+    def render(self) -> Any:
+        from rich.table import Table
+
+        c = self.counts()
+        elapsed = time.time() - self._started
+        left = self.remaining_seconds()
+        total = f"/{self.trials}" if self.trials else ""
+        title = (
+            f"{self.name}: {len(self._ended)}{total} trials done ({c['finished']} finished, {c['stopped']} "
+            f"stopped early, {c['failed']} failed), {len(self._running)} running - {elapsed:.0f} s"
+            + (f", about {left:.0f} s left" if left is not None else "")
+        )
+        table = Table(title=title, title_justify="left", expand=False)
+        for column in ("trial", "epoch", self.metric, f"best {self.metric}"):
+            table.add_column(column, justify="right")
+        for trial_id, row in sorted(self._running.items()):
+            fmt = lambda v: "-" if v is None else f"{v:.4f}"
+            table.add_row(trial_id, f"{row['epoch']}/{self.epochs}", fmt(row["value"]), fmt(row["best"]))
+        if self._best is not None:
+            value, trial_id, epoch = self._best
+            table.caption = f"best so far: trial {trial_id}, {self.metric} {value:.4f} at epoch {epoch}"
+        return table
+
+    def stop(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+
+__all__ = ["LiveProgress"]
