@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from pathlib import Path
@@ -47,6 +48,8 @@ def mlflow_client(uri: str):  # noqa: ANN201
     """An ``MlflowClient`` that does not print run URLs: MLflow writes "View run ... at <uri>"
     to stdout on every run end, credentials in the URI included, and a search ends dozens."""
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    # "Creating initial MLflow database tables..." on every new store: not for the console
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
     from mlflow.tracking import MlflowClient
 
     return MlflowClient(tracking_uri=uri)

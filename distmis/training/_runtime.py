@@ -42,7 +42,7 @@ def quiet_tensorflow() -> None:
 
 
 def configure_tensorflow(threads: float | int | None) -> int | None:
-    """Pin TensorFlow to ``threads`` intra-op threads (inter-op 1-2) and enable GPU memory growth.
+    """Pin TensorFlow to ``threads`` intra-op threads (inter-op 2-3) and enable GPU memory growth.
 
     Returns the thread count applied, or ``None`` when TensorFlow was already initialised in
     this process (a reused trial actor): the earlier setting then stays in force.
@@ -56,7 +56,10 @@ def configure_tensorflow(threads: float | int | None) -> int | None:
         n = max(1, int(math.floor(threads)))
         try:
             tf.config.threading.set_intra_op_parallelism_threads(n)
-            tf.config.threading.set_inter_op_parallelism_threads(min(2, n))
+            # one inter-op thread more than the compute uses: the tf.data pipeline runs on this
+            # pool (no private pool, see data._loader), so input and compute overlap (measured:
+            # epochs ~25 % slower with inter-op = intra-op = 1, the input waiting for the step)
+            tf.config.threading.set_inter_op_parallelism_threads(min(2, n) + 1)
             applied = _threads = n
         except RuntimeError:  # runtime already initialised in this process
             applied = None

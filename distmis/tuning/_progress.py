@@ -25,6 +25,7 @@ class LiveProgress(Callback):
 
     def _reset(self) -> None:
         self._live: Any = None
+        self._console: Any = None
         self._started = time.time()
         self._running: dict[str, dict[str, Any]] = {}
         self._ended: dict[str, str] = {}  # trial id -> finished | stopped | failed
@@ -46,16 +47,12 @@ class LiveProgress(Callback):
         from distmis.console import console
 
         self._reset()
-        out = console()
-        self._live = Live(
-            self.render(),
-            console=out,
-            refresh_per_second=2,
-            transient=False,
-            get_renderable=self.render,
-            auto_refresh=out.is_terminal,
-        )
-        self._live.start()
+        self._console = console()
+        if self._console.is_terminal:  # elsewhere: a line per ended trial, and the view at the end
+            self._live = Live(
+                self.render(), console=self._console, refresh_per_second=2, transient=False, get_renderable=self.render
+            )
+            self._live.start()
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self._running.setdefault(trial.trial_id, {"epoch": 0, "value": None, "best": None})
@@ -102,12 +99,12 @@ class LiveProgress(Callback):
             + (f": best {self.metric} {best:.4f}" if best is not None else "")
             + (f" ({reason})" if reason else "")
         )
-        if self._live is not None and not self._live.console.is_terminal:
-            self._live.console.print(text, markup=False, highlight=False)
+        if self._live is None and self._console is not None:
+            self._console.print(text, markup=False, highlight=False)
         self._refresh()
 
     def _refresh(self) -> None:
-        if self._live is not None and self._live.console.is_terminal:
+        if self._live is not None:
             self._live.refresh()
 
     def counts(self) -> dict[str, int]:
@@ -122,7 +119,9 @@ class LiveProgress(Callback):
         return left * (sum(self._epoch_seconds) / len(self._epoch_seconds)) / max(1, self.concurrency)
 
     def render(self) -> Any:
+        from rich.console import Group
         from rich.table import Table
+        from rich.text import Text
 
         c = self.counts()
         elapsed = time.time() - self._started
@@ -131,9 +130,9 @@ class LiveProgress(Callback):
         title = (
             f"{self.name}: {len(self._ended)}{total} trials done ({c['finished']} finished, {c['stopped']} "
             f"stopped early, {c['failed']} failed), {len(self._running)} running - {elapsed:.0f} s"
-            + (f", about {left:.0f} s left" if left is not None else "")
+            + (f", about {left:.0f} s left" if left is not None and self._running else "")
         )
-        table = Table(title=title, title_justify="left", expand=False)
+        table = Table(expand=False)
         for column in ("trial", "epoch", self.metric, f"best {self.metric}"):
             table.add_column(column, justify="right")
         for trial_id, row in sorted(self._running.items()):
@@ -141,13 +140,22 @@ class LiveProgress(Callback):
             table.add_row(trial_id, f"{row['epoch']}/{self.epochs}", fmt(row["value"]), fmt(row["best"]))
         if self._best is not None:
             value, trial_id, epoch = self._best
-            table.caption = f"best so far: trial {trial_id}, {self.metric} {value:.4f} at epoch {epoch}"
-        return table
+            best = Text(f"best so far: trial {trial_id}, {self.metric} {value:.4f} at epoch {epoch}")
+        else:
+            best = Text("best so far: -")
+        if not self._running:  # nothing running (the end): no empty table
+            return Group(Text(title), best)
+        return Group(Text(title), table, best)
 
     def stop(self) -> None:
         if self._live is not None:
             self._live.stop()
             self._live = None
+        elif self._console is not None:
+            self._console.print(self.render())
+        if self._console is not None:
+            self._console.file.flush()
+            self._console = None
 
 
 __all__ = ["LiveProgress"]
