@@ -185,7 +185,6 @@ def run_search(
     source = None if config.data.source == "synthetic" else (base_dir / Path(config.data.source).expanduser())
     check_output(out, option="--out", inputs={"data source": source, "search-space file": space_file})
     resume = _check_out(out, resume)
-    _preload_in_background()
     phases.mark("checks")
     start = time.time()
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "5")  # experiment state saved often: resumable after kill -9
@@ -345,29 +344,6 @@ def run_search(
     phases.write(out / "timings.json")
     summary.print()
     return summary
-
-
-def _preload_in_background() -> None:
-    """Import what the search needs later (MLflow for tracking, matplotlib and Optuna's plots for
-    the end) on a thread while Ray starts: Ray's start-up waits on its processes, so the imports
-    (about 2 s of the fixed cost, measured) are hidden behind it instead of following it."""
-    import importlib
-    import threading
-
-    def load() -> None:
-        try:
-            import matplotlib
-
-            matplotlib.use("Agg")  # files only, never a window (and no GUI toolkit on a thread)
-        except Exception:  # noqa: BLE001
-            return
-        for name in ("mlflow", "mlflow.tracking", "matplotlib.pyplot", "optuna.visualization.matplotlib"):
-            try:
-                importlib.import_module(name)
-            except Exception:  # noqa: BLE001 - imported again, and reported, where it is used
-                return
-
-    threading.Thread(target=load, name="distmis-preload", daemon=True).start()
 
 
 class _Phases:
