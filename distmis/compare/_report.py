@@ -43,7 +43,7 @@ def _save(fig: Any, path: Path) -> Path:
 def plot_best_so_far(modes: dict[str, ModeRecord], target: float | None, path: Path) -> Path:
     """Best-so-far metric against wall time since each mode started."""
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = plt.subplots(figsize=(7, 5.0))
     metric = next(iter(modes.values())).metric if modes else "val_dice"
     for name, mode in modes.items():
         curve = best_so_far(mode)
@@ -63,7 +63,8 @@ def plot_best_so_far(modes: dict[str, ModeRecord], target: float | None, path: P
     ax.set_xlabel("wall time since the mode started (s)")
     ax.set_ylabel(f"best {metric} so far")
     ax.set_title("Best-so-far accuracy against wall time")
-    ax.legend(fontsize=8, loc="lower right")
+    # below the axes: inside them it hid the curves it names
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return _save(fig, path)
