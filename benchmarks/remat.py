@@ -53,18 +53,63 @@ def step():
     opt.apply_gradients(zip(grads, model.trainable_variables))
     return loss
 
-def rss():
+gpu = bool(tf.config.list_physical_devices("GPU"))
+
+def used():
+    # on a GPU the tensors live in its memory: TensorFlow's allocator counts them (host RSS would not)
+    if gpu:
+        return tf.config.experimental.get_memory_info("GPU:0")["current"]
     return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
-before = rss()  # the model and optimiser are built; no step has run
+def peak_used():
+    if gpu:
+        return tf.config.experimental.get_memory_info("GPU:0")["peak"]
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+before = used()  # the model and optimiser are built; no step has run
+if gpu:
+    tf.config.experimental.reset_memory_stats("GPU:0")
 step()  # trace and first step
 times = []
 for _ in range(steps):
     t = time.perf_counter(); step().numpy(); times.append(time.perf_counter() - t)
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+peak = peak_used()
 print(json.dumps({"size": size, "remat": bool(remat), "step_seconds": float(np.median(times)),
-                  "peak_added_bytes": max(peak - before, 0), "peak_bytes": peak, "kept_bytes": kept}))
+                  "peak_added_bytes": max(peak - before, 0), "peak_bytes": peak, "kept_bytes": kept,
+                  "device": "GPU" if gpu else "CPU"}))
 """
+
+# One full-resolution Conv3D's weight gradient on its own: on the CPU TensorFlow builds an im2col
+# buffer (27 copies of the input for a 3x3x3 kernel) for it, which no rematerialisation can remove.
+WORKSPACE = r"""
+import os, resource, sys
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+from distmis.training import configure_tensorflow
+configure_tensorflow(2)
+import tensorflow as tf
+size, filters = int(sys.argv[1]), int(sys.argv[2])
+x = tf.random.normal((1, size, size, size, filters))
+w = tf.Variable(tf.random.normal((3, 3, 3, filters, filters)))
+
+@tf.function
+def grad():
+    with tf.GradientTape() as tape:
+        y = tf.nn.conv3d(x, w, [1] * 5, "SAME")
+        loss = tf.reduce_sum(y * y)
+    return tape.gradient(loss, w)
+
+before = int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+grad()
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before)
+"""
+
+
+def conv_workspace(size: int, filters: int) -> int:
+    """Bytes one CPU Conv3D weight gradient at ``size``^3 x ``filters`` adds (fresh process)."""
+    out = subprocess.run(
+        [sys.executable, "-c", WORKSPACE, str(size), str(filters)], capture_output=True, text=True, check=True
+    )
+    return int(out.stdout.strip().splitlines()[-1])
 
 
 def run(size: int, depth: int, filters: int, batch: int, steps: int, remat: bool) -> dict:
@@ -87,10 +132,11 @@ def main() -> None:
     args = ap.parse_args()
     print(
         f"3D U-Net depth {args.depth}, {args.filters} filters, batch {args.batch}, group norm, 4 channels; "
-        f"median of {args.steps} steps after a traced warm-up; peak RSS of a fresh process"
+        f"median of {args.steps} steps after a traced warm-up; a fresh process per row"
     )
     print(f"{'size':>6} {'remat':>6} {'step s':>8} {'peak GiB':>9} {'step-added GiB':>15} {'kept outputs GiB':>17}")
-    for size in (int(s) for s in args.sizes.split(",")):
+    sizes = [int(s) for s in args.sizes.split(",")]
+    for size in sizes:
         rows = [run(size, args.depth, args.filters, args.batch, args.steps, remat) for remat in (False, True)]
         for r in rows:
             print(
@@ -98,6 +144,9 @@ def main() -> None:
                 f"{r['peak_added_bytes'] / 2**30:15.2f} {r['kept_bytes'] / 2**30:17.2f}"
             )
         plain, remat = rows
+        if size == sizes[0]:
+            where = "GPU memory (TensorFlow allocator peak)" if plain["device"] == "GPU" else "host peak RSS"
+            print(f"       memory: {where}")
         print(
             f"       remat: peak memory {100 * (remat['peak_bytes'] / plain['peak_bytes'] - 1):+.0f}%, "
             f"step-added memory {100 * (remat['peak_added_bytes'] / max(plain['peak_added_bytes'], 1) - 1):+.0f}%, "
@@ -109,6 +158,13 @@ def main() -> None:
             f"       remat can drop {removable / 2**30:.2f} GiB of kept layer outputs "
             f"({100 * removable / plain['peak_bytes']:.0f}% of the plain peak); measured drop {saved / 2**30:.2f} GiB"
         )
+        if plain["device"] == "CPU":
+            tensor = size**3 * args.filters * 4
+            ws = conv_workspace(size, args.filters)
+            print(
+                f"       one full-resolution Conv3D weight gradient alone adds {ws / 2**30:.2f} GiB on the CPU "
+                f"({ws / tensor:.0f}x its {tensor / 2**20:.0f} MiB input: im2col), which remat cannot remove"
+            )
 
 
 if __name__ == "__main__":
