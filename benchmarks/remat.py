@@ -3,9 +3,10 @@
 Each row is a fresh process that builds the 3D U-Net, runs a warm-up training step (tracing)
 and then timed steps on random data, and reports:
 
-  * the peak memory training added (peak RSS minus RSS once the model and optimiser are
-    built: activations kept for the backward pass, gradients, workspace; on a GPU the same
-    tensors live in accelerator memory, which this measures on the CPU);
+  * the peak memory training added (peak minus the memory in use once the model and optimiser
+    are built: activations kept for the backward pass, gradients, workspace). On the CPU this
+    is host RSS; on a GPU, where those tensors live in accelerator memory that host RSS does
+    not see, it is TensorFlow's GPU allocator peak;
   * the median step time;
   * the layer outputs the backward pass keeps (computed from the model's shapes, not measured):
     every layer's output without remat, only the blocks' inputs and outputs with it. This is
@@ -23,13 +24,30 @@ import json
 import subprocess
 import sys
 
-STEP = r"""
-import json, os, resource, sys, time
+# What both measuring scripts start with: TensorFlow set up as a trial sets it up, and the memory
+# in use and its peak, read where the tensors live (host RSS on the CPU, the allocator on a GPU).
+PRELUDE = r"""
+import os, resource, sys
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
 from distmis.training import configure_tensorflow
 configure_tensorflow(2)
-import math
-import keras, numpy as np, tensorflow as tf
+import tensorflow as tf
+gpu = bool(tf.config.list_physical_devices("GPU"))
+
+def used():
+    if gpu:
+        return tf.config.experimental.get_memory_info("GPU:0")["current"]
+    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+def peak_used():
+    if gpu:
+        return tf.config.experimental.get_memory_info("GPU:0")["peak"]
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+"""
+
+STEP = r"""
+import json, math, time
+import keras, numpy as np
 from distmis.config import ModelConfig
 from distmis.model import build_optimizer, build_unet, get_loss
 from distmis.config import OptimizerConfig
@@ -53,19 +71,6 @@ def step():
     opt.apply_gradients(zip(grads, model.trainable_variables))
     return loss
 
-gpu = bool(tf.config.list_physical_devices("GPU"))
-
-def used():
-    # on a GPU the tensors live in its memory: TensorFlow's allocator counts them (host RSS would not)
-    if gpu:
-        return tf.config.experimental.get_memory_info("GPU:0")["current"]
-    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-def peak_used():
-    if gpu:
-        return tf.config.experimental.get_memory_info("GPU:0")["peak"]
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
 before = used()  # the model and optimiser are built; no step has run
 if gpu:
     tf.config.experimental.reset_memory_stats("GPU:0")
@@ -82,11 +87,6 @@ print(json.dumps({"size": size, "remat": bool(remat), "step_seconds": float(np.m
 # One full-resolution Conv3D's weight gradient on its own: on the CPU TensorFlow builds an im2col
 # buffer (27 copies of the input for a 3x3x3 kernel) for it, which no rematerialisation can remove.
 WORKSPACE = r"""
-import os, resource, sys
-os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
-from distmis.training import configure_tensorflow
-configure_tensorflow(2)
-import tensorflow as tf
 size, filters = int(sys.argv[1]), int(sys.argv[2])
 x = tf.random.normal((1, size, size, size, filters))
 w = tf.Variable(tf.random.normal((3, 3, 3, filters, filters)))
@@ -98,28 +98,27 @@ def grad():
         loss = tf.reduce_sum(y * y)
     return tape.gradient(loss, w)
 
-before = int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+before = used()
 grad()
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before)
+print(peak_used() - before)
 """
 
 
-def conv_workspace(size: int, filters: int) -> int:
-    """Bytes one CPU Conv3D weight gradient at ``size``^3 x ``filters`` adds (fresh process)."""
+def fresh_process(script: str, *args: int) -> str:
+    """Run ``PRELUDE + script`` in a new Python, so each figure starts from an empty peak; its last line."""
     out = subprocess.run(
-        [sys.executable, "-c", WORKSPACE, str(size), str(filters)], capture_output=True, text=True, check=True
+        [sys.executable, "-c", PRELUDE + script, *map(str, args)], capture_output=True, text=True, check=True
     )
-    return int(out.stdout.strip().splitlines()[-1])
+    return out.stdout.strip().splitlines()[-1]
+
+
+def conv_workspace(size: int, filters: int) -> int:
+    """Bytes one CPU Conv3D weight gradient at ``size``^3 x ``filters`` adds."""
+    return int(fresh_process(WORKSPACE, size, filters))
 
 
 def run(size: int, depth: int, filters: int, batch: int, steps: int, remat: bool) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-c", STEP, *map(str, (size, depth, filters, batch, steps, int(remat)))],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return json.loads(fresh_process(STEP, size, depth, filters, batch, steps, int(remat)))
 
 
 def main() -> None:
@@ -135,8 +134,7 @@ def main() -> None:
         f"median of {args.steps} steps after a traced warm-up; a fresh process per row"
     )
     print(f"{'size':>6} {'remat':>6} {'step s':>8} {'peak GiB':>9} {'step-added GiB':>15} {'kept outputs GiB':>17}")
-    sizes = [int(s) for s in args.sizes.split(",")]
-    for size in sizes:
+    for size in (int(s) for s in args.sizes.split(",")):
         rows = [run(size, args.depth, args.filters, args.batch, args.steps, remat) for remat in (False, True)]
         for r in rows:
             print(
@@ -144,9 +142,6 @@ def main() -> None:
                 f"{r['peak_added_bytes'] / 2**30:15.2f} {r['kept_bytes'] / 2**30:17.2f}"
             )
         plain, remat = rows
-        if size == sizes[0]:
-            where = "GPU memory (TensorFlow allocator peak)" if plain["device"] == "GPU" else "host peak RSS"
-            print(f"       memory: {where}")
         print(
             f"       remat: peak memory {100 * (remat['peak_bytes'] / plain['peak_bytes'] - 1):+.0f}%, "
             f"step-added memory {100 * (remat['peak_added_bytes'] / max(plain['peak_added_bytes'], 1) - 1):+.0f}%, "
@@ -165,6 +160,8 @@ def main() -> None:
                 f"       one full-resolution Conv3D weight gradient alone adds {ws / 2**30:.2f} GiB on the CPU "
                 f"({ws / tensor:.0f}x its {tensor / 2**20:.0f} MiB input: im2col), which remat cannot remove"
             )
+    where = "GPU memory (TensorFlow allocator peak)" if plain["device"] == "GPU" else "host peak RSS"
+    print(f"memory measured as {where}")
 
 
 if __name__ == "__main__":
