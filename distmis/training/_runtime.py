@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
-
-from distmis.tensorflow_env import apply_tensorflow_env, import_tensorflow
+import os
 
 _log = logging.getLogger(__name__)
 _threads: int | None = None  # what configure_tensorflow applied in this process
@@ -38,9 +37,8 @@ def release_in_background(owner: object, attribute: str) -> None:
 
 
 def quiet_tensorflow() -> None:
-    """Set distmis's TensorFlow environment (quiet C++ logs, oneDNN CPU kernels) unless the user
-    set those variables; see :mod:`distmis.tensorflow_env`."""
-    apply_tensorflow_env()
+    """Hide TensorFlow's C++ info banners (oneDNN, CPU features) unless the user asked for them."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 def configure_tensorflow(threads: float | int | None) -> int | None:
@@ -50,7 +48,8 @@ def configure_tensorflow(threads: float | int | None) -> int | None:
     this process (a reused trial actor): the earlier setting then stays in force.
     """
     global _threads
-    tf = import_tensorflow()
+    quiet_tensorflow()
+    import tensorflow as tf
 
     applied: int | None = None
     if threads:
