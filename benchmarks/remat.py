@@ -3,10 +3,13 @@
 Each row is a fresh process that builds the 3D U-Net, runs a warm-up training step (tracing)
 and then timed steps on random data, and reports:
 
-  * the peak memory training added (peak minus the memory in use once the model and optimiser
-    are built: activations kept for the backward pass, gradients, workspace). On the CPU this
-    is host RSS; on a GPU, where those tensors live in accelerator memory that host RSS does
-    not see, it is TensorFlow's GPU allocator peak;
+  * the tensor memory peak: TensorFlow's allocator peak (weights, optimiser state, activations
+    kept for the backward pass, gradients, workspaces), which is the figure a GPU reports. On
+    the CPU the row runs with TensorFlow's BFC allocator (``TF_CPU_ALLOCATOR_USE_BFC``) so that
+    the same accounting exists there;
+  * on the CPU also the host peak RSS and the step time of a second fresh process with the
+    default allocator, as a trial runs: RSS adds the Python and TensorFlow runtime and what
+    malloc keeps after a free, so its relative drop is smaller;
   * the median step time;
   * the layer outputs the backward pass keeps (computed from the model's shapes, not measured):
     every layer's output without remat, only the blocks' inputs and outputs with it. This is
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 
@@ -28,20 +32,20 @@ import sys
 # in use and its peak, read where the tensors live (host RSS on the CPU, the allocator on a GPU).
 PRELUDE = r"""
 import os, resource, sys
-os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
 from distmis.training import configure_tensorflow
-configure_tensorflow(2)
+configure_tensorflow(2)  # threads as a trial sets them
 import tensorflow as tf
 gpu = bool(tf.config.list_physical_devices("GPU"))
+allocator = "GPU:0" if gpu else "CPU:0" if os.environ.get("TF_CPU_ALLOCATOR_USE_BFC") == "true" else None
 
 def used():
-    if gpu:
-        return tf.config.experimental.get_memory_info("GPU:0")["current"]
+    if allocator:
+        return tf.config.experimental.get_memory_info(allocator)["current"]
     return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 def peak_used():
-    if gpu:
-        return tf.config.experimental.get_memory_info("GPU:0")["peak"]
+    if allocator:
+        return tf.config.experimental.get_memory_info(allocator)["peak"]
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 """
 
@@ -72,8 +76,8 @@ def step():
     return loss
 
 before = used()  # the model and optimiser are built; no step has run
-if gpu:
-    tf.config.experimental.reset_memory_stats("GPU:0")
+if allocator:
+    tf.config.experimental.reset_memory_stats(allocator)
 step()  # trace and first step
 times = []
 for _ in range(steps):
@@ -81,11 +85,12 @@ for _ in range(steps):
 peak = peak_used()
 print(json.dumps({"size": size, "remat": bool(remat), "step_seconds": float(np.median(times)),
                   "peak_added_bytes": max(peak - before, 0), "peak_bytes": peak, "kept_bytes": kept,
-                  "device": "GPU" if gpu else "CPU"}))
+                  "device": "GPU" if gpu else "CPU", "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS")}))
 """
 
-# One full-resolution Conv3D's weight gradient on its own: on the CPU TensorFlow builds an im2col
-# buffer (27 copies of the input for a 3x3x3 kernel) for it, which no rematerialisation can remove.
+# One full-resolution Conv3D's weight gradient on its own: a workspace no rematerialisation can
+# remove. TensorFlow's generic CPU kernel (oneDNN off) builds an im2col buffer, 27 copies of the
+# input for a 3x3x3 kernel; oneDNN's needs a few.
 WORKSPACE = r"""
 size, filters = int(sys.argv[1]), int(sys.argv[2])
 x = tf.random.normal((1, size, size, size, filters))
@@ -104,10 +109,14 @@ print(peak_used() - before)
 """
 
 
-def fresh_process(script: str, *args: int) -> str:
-    """Run ``PRELUDE + script`` in a new Python, so each figure starts from an empty peak; its last line."""
+def fresh_process(script: str, *args: int, tensor_peak: bool = False) -> str:
+    """Run ``PRELUDE + script`` in a new Python, so each figure starts from an empty peak; its last line.
+
+    ``tensor_peak`` runs it with TensorFlow's BFC allocator on the CPU, whose peak counts tensors only.
+    """
+    env = {**os.environ, "TF_CPU_ALLOCATOR_USE_BFC": "true"} if tensor_peak else None
     out = subprocess.run(
-        [sys.executable, "-c", PRELUDE + script, *map(str, args)], capture_output=True, text=True, check=True
+        [sys.executable, "-c", PRELUDE + script, *map(str, args)], capture_output=True, text=True, check=True, env=env
     )
     return out.stdout.strip().splitlines()[-1]
 
@@ -118,7 +127,15 @@ def conv_workspace(size: int, filters: int) -> int:
 
 
 def run(size: int, depth: int, filters: int, batch: int, steps: int, remat: bool) -> dict:
-    return json.loads(fresh_process(STEP, size, depth, filters, batch, steps, int(remat)))
+    """One row: the allocator's tensor peak; on the CPU also host RSS and step time with the default allocator."""
+    args = (size, depth, filters, batch, steps, int(remat))
+    row = json.loads(fresh_process(STEP, *args, tensor_peak=True))
+    row["tensor_peak_bytes"] = row["peak_bytes"]
+    row["rss_peak_bytes"] = None
+    if row["device"] == "CPU":
+        default = json.loads(fresh_process(STEP, *args))
+        row["rss_peak_bytes"], row["step_seconds"] = default["peak_bytes"], default["step_seconds"]
+    return row
 
 
 def main() -> None:
@@ -133,35 +150,38 @@ def main() -> None:
         f"3D U-Net depth {args.depth}, {args.filters} filters, batch {args.batch}, group norm, 4 channels; "
         f"median of {args.steps} steps after a traced warm-up; a fresh process per row"
     )
-    print(f"{'size':>6} {'remat':>6} {'step s':>8} {'peak GiB':>9} {'step-added GiB':>15} {'kept outputs GiB':>17}")
+    print(
+        f"{'size':>6} {'remat':>6} {'step s':>8} {'tensor peak GiB':>16} {'host RSS peak GiB':>18} {'kept outputs GiB':>17}"
+    )
     for size in (int(s) for s in args.sizes.split(",")):
         rows = [run(size, args.depth, args.filters, args.batch, args.steps, remat) for remat in (False, True)]
         for r in rows:
+            rss = "-" if r["rss_peak_bytes"] is None else f"{r['rss_peak_bytes'] / 2**30:.2f}"
             print(
-                f"{size:>5}^3 {str(r['remat']):>6} {r['step_seconds']:8.2f} {r['peak_bytes'] / 2**30:9.2f} "
-                f"{r['peak_added_bytes'] / 2**30:15.2f} {r['kept_bytes'] / 2**30:17.2f}"
+                f"{size:>5}^3 {str(r['remat']):>6} {r['step_seconds']:8.2f} {r['tensor_peak_bytes'] / 2**30:16.2f} "
+                f"{rss:>18} {r['kept_bytes'] / 2**30:17.2f}"
             )
         plain, remat = rows
-        print(
-            f"       remat: peak memory {100 * (remat['peak_bytes'] / plain['peak_bytes'] - 1):+.0f}%, "
-            f"step-added memory {100 * (remat['peak_added_bytes'] / max(plain['peak_added_bytes'], 1) - 1):+.0f}%, "
-            f"step time {100 * (remat['step_seconds'] / plain['step_seconds'] - 1):+.0f}%"
-        )
+        change = f"tensor peak {100 * (remat['tensor_peak_bytes'] / plain['tensor_peak_bytes'] - 1):+.0f}%"
+        if plain["rss_peak_bytes"]:
+            change += f", host RSS peak {100 * (remat['rss_peak_bytes'] / plain['rss_peak_bytes'] - 1):+.0f}%"
+        print(f"       remat: {change}, step time {100 * (remat['step_seconds'] / plain['step_seconds'] - 1):+.0f}%")
         removable = plain["kept_bytes"] - remat["kept_bytes"]
-        saved = plain["peak_bytes"] - remat["peak_bytes"]
+        saved = plain["tensor_peak_bytes"] - remat["tensor_peak_bytes"]
         print(
             f"       remat can drop {removable / 2**30:.2f} GiB of kept layer outputs "
-            f"({100 * removable / plain['peak_bytes']:.0f}% of the plain peak); measured drop {saved / 2**30:.2f} GiB"
+            f"({100 * removable / plain['tensor_peak_bytes']:.0f}% of the plain tensor peak); "
+            f"measured drop {saved / 2**30:.2f} GiB"
         )
         if plain["device"] == "CPU":
             tensor = size**3 * args.filters * 4
             ws = conv_workspace(size, args.filters)
             print(
-                f"       one full-resolution Conv3D weight gradient alone adds {ws / 2**30:.2f} GiB on the CPU "
-                f"({ws / tensor:.0f}x its {tensor / 2**20:.0f} MiB input: im2col), which remat cannot remove"
+                f"       one full-resolution Conv3D weight gradient alone adds {ws / 2**30:.2f} GiB of host memory "
+                f"({ws / tensor:.1f}x its {tensor / 2**20:.0f} MiB input), which remat cannot remove"
             )
-    where = "GPU memory (TensorFlow allocator peak)" if plain["device"] == "GPU" else "host peak RSS"
-    print(f"memory measured as {where}")
+    kernels = "oneDNN" if plain["onednn"] not in ("0", "false", "False") else "generic (oneDNN off)"
+    print(f"device {plain['device']}; CPU kernels {kernels} (TF_ENABLE_ONEDNN_OPTS={plain['onednn']})")
 
 
 if __name__ == "__main__":
