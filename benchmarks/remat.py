@@ -7,10 +7,9 @@ and then timed steps on random data, and reports:
     kept for the backward pass, gradients, workspaces), which is the figure a GPU reports. On
     the CPU the row runs with TensorFlow's BFC allocator (``TF_CPU_ALLOCATOR_USE_BFC``) so that
     the same accounting exists there;
-  * on the CPU also the host peak RSS and the step time of a second fresh process with the
-    default allocator, as a trial runs: RSS adds the Python and TensorFlow runtime and what
-    malloc keeps after a free, so its relative drop is smaller;
-  * the median step time;
+  * the median step time and, on the CPU, the host peak RSS, both from a second fresh process
+    with the default allocator, as a trial runs: RSS adds the Python and TensorFlow runtime and
+    what malloc keeps after a free, so its relative drop is smaller;
   * the layer outputs the backward pass keeps (computed from the model's shapes, not measured):
     every layer's output without remat, only the blocks' inputs and outputs with it. This is
     the most remat can remove; the rest of a step's memory (weight and activation gradients,
@@ -29,7 +28,8 @@ import subprocess
 import sys
 
 # What both measuring scripts start with: TensorFlow set up as a trial sets it up, and the memory
-# in use and its peak, read where the tensors live (host RSS on the CPU, the allocator on a GPU).
+# in use and its peak: TensorFlow's allocator on a GPU, or on the CPU when it runs the BFC
+# allocator; host RSS otherwise.
 PRELUDE = r"""
 import os, resource, sys
 from distmis.training import configure_tensorflow
@@ -42,6 +42,15 @@ def used():
     if allocator:
         return tf.config.experimental.get_memory_info(allocator)["current"]
     return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+def onednn_on():
+    # TensorFlow's own decision: with TF_ENABLE_ONEDNN_OPTS unset it depends on the CPU (on only
+    # with AVX-512 VNNI/BF16 or AMX), so the variable alone cannot say. Private API; None if gone.
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+        return bool(_pywrap_util_port.IsMklEnabled())
+    except (ImportError, AttributeError):
+        return None
 
 def peak_used():
     if allocator:
@@ -75,8 +84,7 @@ def step():
     opt.apply_gradients(zip(grads, model.trainable_variables))
     return loss
 
-before = used()  # the model and optimiser are built; no step has run
-if allocator:
+if allocator:  # the model and optimiser are built; no step has run
     tf.config.experimental.reset_memory_stats(allocator)
 step()  # trace and first step
 times = []
@@ -84,8 +92,8 @@ for _ in range(steps):
     t = time.perf_counter(); step().numpy(); times.append(time.perf_counter() - t)
 peak = peak_used()
 print(json.dumps({"size": size, "remat": bool(remat), "step_seconds": float(np.median(times)),
-                  "peak_added_bytes": max(peak - before, 0), "peak_bytes": peak, "kept_bytes": kept,
-                  "device": "GPU" if gpu else "CPU", "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS")}))
+                  "peak_bytes": peak, "kept_bytes": kept, "device": "GPU" if gpu else "CPU",
+                  "onednn": onednn_on()}))
 """
 
 # One full-resolution Conv3D's weight gradient on its own: a workspace no rematerialisation can
@@ -130,7 +138,7 @@ def run(size: int, depth: int, filters: int, batch: int, steps: int, remat: bool
     """One row: the allocator's tensor peak; on the CPU also host RSS and step time with the default allocator."""
     args = (size, depth, filters, batch, steps, int(remat))
     row = json.loads(fresh_process(STEP, *args, tensor_peak=True))
-    row["tensor_peak_bytes"] = row["peak_bytes"]
+    row["tensor_peak_bytes"] = row.pop("peak_bytes")
     row["rss_peak_bytes"] = None
     if row["device"] == "CPU":
         default = json.loads(fresh_process(STEP, *args))
@@ -180,8 +188,8 @@ def main() -> None:
                 f"       one full-resolution Conv3D weight gradient alone adds {ws / 2**30:.2f} GiB of host memory "
                 f"({ws / tensor:.1f}x its {tensor / 2**20:.0f} MiB input), which remat cannot remove"
             )
-    kernels = "oneDNN" if plain["onednn"] not in ("0", "false", "False") else "generic (oneDNN off)"
-    print(f"device {plain['device']}; CPU kernels {kernels} (TF_ENABLE_ONEDNN_OPTS={plain['onednn']})")
+    kernels = {True: "oneDNN", False: "generic (oneDNN off)", None: "unknown"}[plain["onednn"]]
+    print(f"device {plain['device']}; CPU kernels {kernels} (TF_ENABLE_ONEDNN_OPTS=1 turns oneDNN on)")
 
 
 if __name__ == "__main__":
