@@ -47,6 +47,8 @@ EPOCH_METRICS = (
 )
 #: back-off between delivery attempts while MLflow does not answer (seconds, doubling)
 BACKOFF_START, BACKOFF_MAX = 1.0, 30.0
+#: retry interval while the end of a search waits for the queue (seconds)
+HURRY_RETRY = 1.0
 
 _log = logging.getLogger(__name__)
 
@@ -85,6 +87,9 @@ class _Channel:
         self.lock = threading.RLock()
         self._send_lock = threading.Lock()
         self._wake = threading.Event()
+        # set while someone waits for the queue to empty (the end of a search): the sender
+        # then retries at once and every HURRY_RETRY seconds instead of its long back-off
+        self._hurry = threading.Event()
         self._thread: threading.Thread | None = None
         self._client: Any = None
         self._warned = False
@@ -133,7 +138,11 @@ class _Channel:
                 self.backoff = 0.0
                 continue
             self.backoff = min(BACKOFF_MAX, max(BACKOFF_START, self.backoff * 2))
-            time.sleep(self.backoff)  # back off; new operations only queue up meanwhile
+            # back off (new operations only queue up meanwhile), unless a final flush is
+            # waiting: a server that came back must not sit idle for the rest of a 30 s back-off
+            # while the search's bounded wait for it runs out
+            if self._hurry.wait(timeout=self.backoff):
+                time.sleep(HURRY_RETRY)
 
     def flush(self) -> bool:
         """Deliver queued operations in order until one fails; ``True`` when the queue is empty."""
@@ -166,25 +175,43 @@ class _Channel:
             return True
 
     def wait_empty(self, seconds: float) -> bool:
-        """Wait (bounded) until the sender has delivered everything; ``True`` if it did."""
+        """Wait until the sender has delivered everything; ``True`` if it did.
+
+        ``seconds`` bounds the time *without progress* (an unreachable or hung server), not
+        the whole wait: a reachable server still receiving a long queue (every epoch of the
+        trials that ran during an outage, their models) is never abandoned half-way.
+        """
+        self._hurry.set()
         self._ensure_sender()
         self._wake.set()
+        try:
+            return self._wait_progress(seconds)
+        finally:
+            self._hurry.clear()
+
+    def _wait_progress(self, seconds: float) -> bool:
         started = time.monotonic()
         deadline = started + seconds
         announced = 0.0
+        with self.lock:
+            last_left = len(self.queue)
         while True:
             with self.lock:
-                if not self.queue:
-                    return True
                 left = len(self.queue)
+            if not left:
+                return True
             now = time.monotonic()
+            if left < last_left:  # delivering: the bound restarts
+                last_left, deadline = left, now + seconds
             if now >= deadline:
                 return False
             if now - started > 2 and now - announced > 10:
                 notify(
-                    f"distmis: waiting up to {deadline - now:.0f} s for MLflow to receive {left} queued operation(s)"
+                    f"distmis: waiting up to {deadline - now:.0f} s more for MLflow to receive {left} queued "
+                    "operation(s)"
                 )
                 announced = now
+            self._ensure_sender()
             self._wake.set()
             time.sleep(0.2)
 
@@ -201,17 +228,19 @@ class _Channel:
         if kind == "create_child":
             with self.lock:
                 trial = self.state["trials"][op["trial"]]
-                if trial.get("run_id"):
-                    return
+                run_id = trial.get("run_id")
                 tags = {"mlflow.parentRunId": self.state["parent_run_id"], **op["tags"]}
                 exp = self.state["experiment_id"]
-            run = self.client.create_run(exp, run_name=op["name"], tags=tags)
-            with self.lock:
-                trial["run_id"] = run.info.run_id
-                self.save()  # the mapping first: a crash now must not create the run twice
+            if not run_id:
+                run_id = self.client.create_run(exp, run_name=op["name"], tags=tags).info.run_id
+                with self.lock:
+                    trial["run_id"] = run_id
+                    self.save()  # the mapping first: a retry or a crash now must not create the run twice
+            # on a retry (the server went away after the run was created) the params are sent
+            # again: logging a param with the value it already has is allowed by MLflow
             params = [Param(k, v[:6000]) for k, v in op["params"].items()]
             for i in range(0, len(params), 100):
-                self.client.log_batch(run.info.run_id, params=params[i : i + 100])
+                self.client.log_batch(run_id, params=params[i : i + 100])
         elif kind == "metrics":
             metrics = [
                 Metric(k, float(v), int(op["timestamp"] * 1000), int(op["step"])) for k, v in op["metrics"].items()

@@ -145,7 +145,8 @@ def test_server_killed_mid_search_loses_no_metric(prepared16: Path, tmp_path: Pa
     """Kill the server after the first epoch, bring it back later: every epoch still reaches MLflow.
 
     Training must go on while it is down (epochs reported between the kill and the restart),
-    and the search must not end before its queue is sent (it waits for the server).
+    a whole trial runs without it (its child run is created only on the server's return), and
+    the search must not end before its queue is sent (it waits for the server).
     """
     server = MlflowServer(tmp_path / "server").start()
     path = space_file(
@@ -186,7 +187,16 @@ def test_server_killed_mid_search_loses_no_metric(prepared16: Path, tmp_path: Pa
         down_at = time.time()
         done_at_down = epochs_done()
         wait_for(lambda: (out / PENDING_FILE).exists(), "tracking queued to disk")
+        trials_at_down = {m.parent.name for m in out.glob("trials/*/metrics.csv")}
+
+        def whole_trial_while_down() -> bool:  # a trial that started after the kill has finished all epochs
+            return any(
+                m.parent.name not in trials_at_down and len(list(csv.DictReader(open(m)))) >= 4
+                for m in out.glob("trials/*/metrics.csv")
+            )
+
         wait_for(lambda: epochs_done() >= done_at_down + 2, "more epochs without the server")
+        wait_for(whole_trial_while_down, "a whole trial without the server", timeout=300)
         up_at = time.time()
         server.start()  # back, same port, same database
         wait_for(lambda: proc.poll() is not None, "search end", timeout=300)
@@ -202,6 +212,74 @@ def test_server_killed_mid_search_loses_no_metric(prepared16: Path, tmp_path: Pa
         _, children = runs_of(server.uri, "flaky")
         stamps = [m.timestamp / 1000 for c in children for m in client.get_metric_history(c.info.run_id, "val_dice")]
         assert any(down_at < t < up_at for t in stamps), "no epoch was trained while the server was down"
+    finally:
+        server.stop()
+
+
+def test_trial_run_wholly_during_an_outage_reaches_mlflow_when_it_returns(tmp_path: Path) -> None:
+    """A whole trial (start, every epoch, end) while the server is down, and the search ending
+    while the sender sits in its longest back-off: the server's return must be noticed at once,
+    and the child run arrive complete, not be abandoned by the end-of-search wait."""
+    from distmis.tracking import SearchTracker
+    from distmis.tracking._mlflow import BACKOFF_MAX
+
+    server = MlflowServer(tmp_path / "server").start()
+    out = tmp_path / "out"
+    out.mkdir()
+    try:
+        tracker = SearchTracker(server.uri, "outage", out)
+        tracker.start(params={"search.algorithm": "random"}, tags={}, artifacts=[])
+        server.stop()
+        tracker.trial_started("t1", "t1", {"optimizer.lr": "0.01"}, {"distmis.trial_id": "t1"})
+        for epoch in (1, 2, 3):
+            tracker.trial_result("t1", epoch, {"val_dice": 0.1 * epoch}, time.time())
+        tracker.trial_finished("t1", status="FINISHED", tags={"distmis.status": "TERMINATED"}, best_dir=None)
+        assert (out / PENDING_FILE).exists()
+        deadline = time.monotonic() + 180
+        while tracker.channel.backoff < BACKOFF_MAX:  # the sender has given up retrying for a while
+            assert time.monotonic() < deadline, "the sender never backed off"
+            time.sleep(0.2)
+        server.start()
+        started = time.monotonic()
+        done = tracker.finish(metrics={"trials": 1}, tags={}, plots=[], files=[], status="FINISHED", wait_seconds=60)
+        waited = time.monotonic() - started
+        assert done and not (out / PENDING_FILE).exists()
+        assert waited < BACKOFF_MAX / 2, f"waited {waited:.1f} s for a server that was back"
+        client = MlflowClient(tracking_uri=server.uri)
+        parent, children = runs_of(server.uri, "outage")
+        assert len(children) == 1 and children[0].data.tags["mlflow.parentRunId"] == parent.info.run_id
+        child = children[0]
+        assert child.data.params == {"optimizer.lr": "0.01"}
+        assert child.info.status == "FINISHED" and parent.info.status == "FINISHED"
+        assert [m.step for m in client.get_metric_history(child.info.run_id, "val_dice")] == [1, 2, 3]
+    finally:
+        server.stop()
+
+
+def test_child_run_created_before_an_outage_gets_its_params_once(tmp_path: Path) -> None:
+    """The server went away between creating a child run and sending its params: the retry
+    sends the params to that run and creates no second one."""
+    from distmis.tracking import SearchTracker
+
+    server = MlflowServer(tmp_path / "server").start()
+    out = tmp_path / "out"
+    out.mkdir()
+    try:
+        tracker = SearchTracker(server.uri, "half", out)
+        tracker.start(params={}, tags={}, artifacts=[])
+        client = MlflowClient(tracking_uri=server.uri)
+        # the state a failed log_batch leaves: the run exists and is recorded, the op still queued
+        made = client.create_run(
+            tracker.state["experiment_id"], tags={"mlflow.parentRunId": tracker.state["parent_run_id"]}
+        )
+        tracker.state["trials"]["t1"] = {"run_id": made.info.run_id, "last_step": 0}
+        tracker.queue.append(
+            {"op": "create_child", "trial": "t1", "name": "t1", "params": {"model.depth": "3"}, "tags": {}}
+        )
+        assert tracker.flush()
+        _, children = runs_of(server.uri, "half")
+        assert [c.info.run_id for c in children] == [made.info.run_id]
+        assert children[0].data.params == {"model.depth": "3"}
     finally:
         server.stop()
 
