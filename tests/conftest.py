@@ -7,7 +7,10 @@ from pathlib import Path
 
 import pytest
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from distmis.tensorflow_env import apply_tensorflow_env
+
+# the TensorFlow environment distmis's own processes run in, before any test module imports TensorFlow
+apply_tensorflow_env()
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 
 REPO = Path(__file__).resolve().parents[1]

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
 from distmis import __version__
 from distmis.exceptions import DistmisError
+from distmis.tensorflow_env import apply_tensorflow_env
 
 TENSORFLOW_HINT = "pip install 'distmis[cpu]' (or 'distmis[gpu]' on GPU nodes)"
 
@@ -65,8 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (testable without a subprocess)."""
-    # TensorFlow's C++ logging reads this at import: set before anything can import it
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # TensorFlow reads its environment at import: set before anything can import it
+    apply_tensorflow_env()
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     # everything after a bare `--` is a command to pass on (distmis cluster ... -- distmis tune x.yaml)

@@ -46,6 +46,13 @@ def run(args: argparse.Namespace) -> int:
     import tensorflow as tf
 
     gpus = tf.config.list_physical_devices("GPU")
+    onednn = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "")
+    check(
+        "oneDNN CPU kernels",
+        True,
+        f"{'on' if onednn not in ('0', 'false', 'False') else 'off'} (TF_ENABLE_ONEDNN_OPTS={onednn}; "
+        "distmis turns them on unless you set it: Conv3D on the CPU is several times faster)",
+    )
     check("GPUs visible to TensorFlow", True, f"{len(gpus)} {[g.name for g in gpus]}")
     pair_ok = keras.__version__.startswith("3.") and tf.__version__.startswith("2.2")
     check(

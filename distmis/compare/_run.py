@@ -41,6 +41,7 @@ from distmis.config import ExperimentConfig, load_config
 from distmis.exceptions import TrackingError, TuningError
 from distmis.files import check_output, owned_output_directory, write_json_atomic, write_text_atomic
 from distmis.preflight import preflight
+from distmis.tensorflow_env import tensorflow_env
 from distmis.tracking import redact_uri
 
 PLAN_FILE = "compare.json"
@@ -83,7 +84,7 @@ def _run_mode(
     env = {
         **os.environ,
         "PYTHONUNBUFFERED": "1",
-        "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"),
+        **tensorflow_env(),
         "MLFLOW_TRACKING_URI": tracking_uri,
     }
     with open(log_path, "a", encoding="utf-8") as log:

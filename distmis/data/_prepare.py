@@ -28,6 +28,7 @@ from distmis.data._msd import (
 )
 from distmis.exceptions import DataError
 from distmis.files import atomic_directory, check_output, check_replaceable, write_json_atomic
+from distmis.tensorflow_env import import_tensorflow
 
 MANIFEST = "info.json"
 FORMAT = "distmis-prepared/1"
@@ -168,6 +169,7 @@ def _sha256(path: Path) -> str:
 
 
 def _serialize(case_id: str, image: np.ndarray, label: np.ndarray) -> bytes:
+    import_tensorflow()
     import tensorflow as tf
 
     def _bytes(v: bytes) -> tf.train.Feature:
@@ -257,6 +259,7 @@ def prepare_dataset(
                     for name in SPLITS
                 }
                 try:
+                    import_tensorflow()
                     import tensorflow as tf
 
                     for name in SPLITS:

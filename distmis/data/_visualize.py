@@ -7,10 +7,12 @@ from pathlib import Path
 import numpy as np
 
 from distmis.exceptions import DataError
+from distmis.tensorflow_env import import_tensorflow
 
 
 def read_case(prepared: str | Path, split: str, index: int) -> tuple[str, np.ndarray, np.ndarray, list[str]]:
     """Return (case_id, image (X,Y,Z,C), label (X,Y,Z) ints, modality names) of one prepared case."""
+    import_tensorflow()
     import tensorflow as tf
 
     from distmis.data._loader import load_manifest, verify_shards

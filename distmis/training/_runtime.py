@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import math
-import os
+
+from distmis.tensorflow_env import apply_tensorflow_env, import_tensorflow
 
 _log = logging.getLogger(__name__)
 _threads: int | None = None  # what configure_tensorflow applied in this process
@@ -37,8 +38,9 @@ def release_in_background(owner: object, attribute: str) -> None:
 
 
 def quiet_tensorflow() -> None:
-    """Hide TensorFlow's C++ info banners (oneDNN, CPU features) unless the user asked for them."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    """Set distmis's TensorFlow environment (quiet C++ logs, oneDNN CPU kernels) unless the user
+    set those variables; see :mod:`distmis.tensorflow_env`."""
+    apply_tensorflow_env()
 
 
 def configure_tensorflow(threads: float | int | None) -> int | None:
@@ -48,8 +50,7 @@ def configure_tensorflow(threads: float | int | None) -> int | None:
     this process (a reused trial actor): the earlier setting then stays in force.
     """
     global _threads
-    quiet_tensorflow()
-    import tensorflow as tf
+    tf = import_tensorflow()
 
     applied: int | None = None
     if threads:

@@ -27,6 +27,7 @@ from distmis.console import quiet_output
 from distmis.exceptions import TuningError
 from distmis.files import check_output, marker_info, owned_output_directory, write_json_atomic, write_text_atomic
 from distmis.preflight import preflight
+from distmis.tensorflow_env import apply_tensorflow_env, tensorflow_env
 from distmis.tracking import PENDING_FILE, STATE_FILE, SearchTracker
 from distmis.tuning._keys import GRID_KEY, STOP_REQUESTED
 from distmis.tuning._results import SearchSummary, summarise
@@ -191,7 +192,7 @@ def run_search(
     os.environ.setdefault("RAY_CHDIR_TO_TRIAL_DIR", "0")
     # checkpointing every epoch is deliberate (resume loses at most one epoch): no warning for it
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    apply_tensorflow_env()
     setup = contextlib.nullcontext(out) if resume else owned_output_directory(out, command="tune", option="--out")
     with setup:  # a new search that fails here (bad data, no cluster room, MLflow down) leaves no directory
         if space_file is not None and not resume:
@@ -201,9 +202,7 @@ def run_search(
         for split in ("train", "val"):  # a damaged shard is named now, not in every trial
             verify_shards(manifest, split)
         phases.mark("data")
-        cluster = init_ray(
-            address, env_vars={"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONWARNINGS": "ignore::DeprecationWarning"}
-        )
+        cluster = init_ray(address, env_vars={**tensorflow_env(), "PYTHONWARNINGS": "ignore::DeprecationWarning"})
         import ray
 
         nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]

@@ -1,0 +1,47 @@
+"""distmis's TensorFlow environment: oneDNN CPU kernels on unless the user says otherwise, no banner."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from distmis.tensorflow_env import DEFAULTS, tensorflow_env
+
+# reports what TensorFlow itself decided, after distmis set the process up as a trial does
+PROBE = """
+from distmis.training import configure_tensorflow
+configure_tensorflow(1)
+from tensorflow.python.util import _pywrap_util_port
+print("onednn", _pywrap_util_port.IsMklEnabled())
+"""
+
+
+def _probe(**env: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if k not in DEFAULTS}
+    return subprocess.run(
+        [sys.executable, "-c", PROBE], env={**clean, **env}, capture_output=True, text=True, timeout=120, check=True
+    )
+
+
+def test_onednn_is_on_by_default_and_its_import_banner_is_not_shown() -> None:
+    out = _probe()
+    assert "onednn True" in out.stdout
+    assert "oneDNN custom operations" not in out.stderr
+    assert "absl::InitializeLog" not in out.stderr
+
+
+def test_the_users_own_setting_wins() -> None:
+    assert "onednn False" in _probe(TF_ENABLE_ONEDNN_OPTS="0").stdout
+    # asking for TensorFlow's info logs shows the banner again: nothing is hidden from a user who wants it
+    shown = _probe(TF_CPP_MIN_LOG_LEVEL="0")
+    assert "onednn True" in shown.stdout
+    assert "oneDNN custom operations are on" in shown.stderr
+
+
+def test_ray_workers_and_child_processes_get_the_values_in_force(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
+    assert tensorflow_env() == {"TF_ENABLE_ONEDNN_OPTS": "0", "TF_CPP_MIN_LOG_LEVEL": "2"}
