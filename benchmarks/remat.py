@@ -1,22 +1,25 @@
 """Gradient checkpointing (``model.remat``): peak memory and step time with and without it.
 
-Each row is a fresh process that builds the 3D U-Net, runs a warm-up training step (tracing)
-and then timed steps on random data, and reports:
+Memory: each row is a fresh process that builds the 3D U-Net, runs a warm-up training step
+(tracing) and timed steps on random data, and reports:
 
   * the tensor memory peak: TensorFlow's allocator peak (weights, optimiser state, activations
     kept for the backward pass, gradients, workspaces), which is the figure a GPU reports. On
     the CPU the row runs with TensorFlow's BFC allocator (``TF_CPU_ALLOCATOR_USE_BFC``) so that
     the same accounting exists there;
-  * the median step time and, on the CPU, the host peak RSS, both from a second fresh process
-    with the default allocator, as a trial runs: RSS adds the Python and TensorFlow runtime and
-    what malloc keeps after a free, so its relative drop is smaller;
+  * on the CPU, the host peak RSS, from a second fresh process with the default allocator, as a
+    trial runs: RSS adds the Python and TensorFlow runtime and what malloc keeps after a free,
+    so its relative drop is smaller;
   * the layer outputs the backward pass keeps (computed from the model's shapes, not measured):
-    every layer's output without remat, only the blocks' inputs and outputs with it. This is
-    the most remat can remove; the rest of a step's memory (weight and activation gradients,
-    convolution workspaces: on the CPU, TensorFlow's Conv3D backprop buffers) it cannot touch,
-    so the measured drop is read against it.
+    every layer's output without remat, only the rematerialised blocks' inputs and outputs with
+    it. This is the most remat can remove; the rest of a step's memory (weight and activation
+    gradients, convolution workspaces) it cannot touch, so the measured drop is read against it.
 
-    python benchmarks/remat.py [--sizes 64,96] [--depth 3] [--filters 16] [--batch 1] [--steps 3]
+Step time: both models in one more process, their steps alternated, so that load on the host
+slows both alike; the change printed is the median of the per-pair ratios, each pair's figure
+beside it.
+
+    python benchmarks/remat.py [--sizes 64,96] [--depth 3] [--filters 16] [--batch 1] [--pairs 7]
 """
 
 from __future__ import annotations
@@ -58,31 +61,41 @@ def peak_used():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 """
 
-STEP = r"""
+# A model and its compiled training step, as a trial's custom loop runs it.
+BUILD = r"""
 import json, math, time
 import keras, numpy as np
-from distmis.config import ModelConfig
+from distmis.config import ModelConfig, OptimizerConfig
 from distmis.model import build_optimizer, build_unet, get_loss
-from distmis.config import OptimizerConfig
+
+def build(size, depth, filters, batch, remat):
+    model = build_unet(ModelConfig(depth=depth, filters=filters, norm="group", groups=4, remat=bool(remat)),
+                       channels=4, num_classes=1)
+    opt = build_optimizer(OptimizerConfig(lr=1e-3))
+    opt.build(model.trainable_variables)
+    loss_fn = get_loss("dice", "binary")
+    x = tf.random.normal((batch, size, size, size, 4), seed=1)
+    y = tf.cast(tf.random.uniform((batch, size, size, size, 1), seed=2) > 0.7, tf.float32)
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(loss_fn(y, model(x, training=True)))
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    return model, step
+"""
+
+STEP = (
+    BUILD
+    + r"""
 size, depth, filters, batch, steps, remat = (int(a) for a in sys.argv[1:7])
-model = build_unet(ModelConfig(depth=depth, filters=filters, norm="group", groups=4, remat=bool(remat)),
-                   channels=4, num_classes=1)
+model, step = build(size, depth, filters, batch, remat)
 probe = keras.Model(model.input, [layer.output for layer in model.layers[1:]])
 specs = probe.compute_output_spec(keras.KerasTensor((batch, size, size, size, 4)))
 kept = 4 * (batch * size**3 * 4 + sum(math.prod(s.shape) for s in specs))  # float32 input + layer outputs
-opt = build_optimizer(OptimizerConfig(lr=1e-3))
-opt.build(model.trainable_variables)
-loss_fn = get_loss("dice", "binary")
-x = tf.random.normal((batch, size, size, size, 4))
-y = tf.cast(tf.random.uniform((batch, size, size, size, 1)) > 0.7, tf.float32)
-
-@tf.function
-def step():
-    with tf.GradientTape() as tape:
-        loss = tf.reduce_mean(loss_fn(y, model(x, training=True)))
-    grads = tape.gradient(loss, model.trainable_variables)
-    opt.apply_gradients(zip(grads, model.trainable_variables))
-    return loss
 
 if allocator:  # the model and optimiser are built; no step has run
     tf.config.experimental.reset_memory_stats(allocator)
@@ -95,6 +108,26 @@ print(json.dumps({"size": size, "remat": bool(remat), "step_seconds": float(np.m
                   "peak_bytes": peak, "kept_bytes": kept, "device": "GPU" if gpu else "CPU",
                   "onednn": onednn_on()}))
 """
+)
+
+# Step time, side by side: both models in one process, their steps alternated (plain, remat,
+# plain, ...) so that a busy host or a clock change slows both alike; the figure is the median
+# of the per-pair ratios. Each step's own time is its median over the pairs.
+PAIRED = (
+    BUILD
+    + r"""
+size, depth, filters, batch, steps = (int(a) for a in sys.argv[1:6])
+plain, remat = build(size, depth, filters, batch, 0)[1], build(size, depth, filters, batch, 1)[1]
+plain(); remat()  # trace and first steps
+pairs = []
+for _ in range(steps):
+    t0 = time.perf_counter(); plain().numpy(); t1 = time.perf_counter(); remat().numpy(); t2 = time.perf_counter()
+    pairs.append((t1 - t0, t2 - t1))
+p, r = np.array(pairs).T
+print(json.dumps({"plain_seconds": float(np.median(p)), "remat_seconds": float(np.median(r)),
+                  "ratio": float(np.median(r / p)), "ratios": (r / p).round(3).tolist()}))
+"""
+)
 
 # One full-resolution Conv3D's weight gradient on its own: a workspace no rematerialisation can
 # remove. TensorFlow's generic CPU kernel (oneDNN off) builds an im2col buffer, 27 copies of the
@@ -141,9 +174,13 @@ def run(size: int, depth: int, filters: int, batch: int, steps: int, remat: bool
     row["tensor_peak_bytes"] = row.pop("peak_bytes")
     row["rss_peak_bytes"] = None
     if row["device"] == "CPU":
-        default = json.loads(fresh_process(STEP, *args))
-        row["rss_peak_bytes"], row["step_seconds"] = default["peak_bytes"], default["step_seconds"]
+        row["rss_peak_bytes"] = json.loads(fresh_process(STEP, *args))["peak_bytes"]
     return row
+
+
+def paired_step_time(size: int, depth: int, filters: int, batch: int, steps: int) -> dict:
+    """Plain and remat step times measured alternately in one process; ``ratio`` = median remat/plain."""
+    return json.loads(fresh_process(PAIRED, size, depth, filters, batch, steps))
 
 
 def main() -> None:
@@ -152,17 +189,21 @@ def main() -> None:
     ap.add_argument("--depth", type=int, default=3)
     ap.add_argument("--filters", type=int, default=16)
     ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=3, help="timed steps per memory row")
+    ap.add_argument("--pairs", type=int, default=7, help="alternated plain/remat step pairs for the step time")
     args = ap.parse_args()
     print(
         f"3D U-Net depth {args.depth}, {args.filters} filters, batch {args.batch}, group norm, 4 channels; "
-        f"median of {args.steps} steps after a traced warm-up; a fresh process per row"
+        f"memory: a fresh process per row; step time: {args.pairs} alternated plain/remat step pairs in one "
+        "process after traced warm-ups, medians"
     )
     print(
         f"{'size':>6} {'remat':>6} {'step s':>8} {'tensor peak GiB':>16} {'host RSS peak GiB':>18} {'kept outputs GiB':>17}"
     )
     for size in (int(s) for s in args.sizes.split(",")):
         rows = [run(size, args.depth, args.filters, args.batch, args.steps, remat) for remat in (False, True)]
+        timing = paired_step_time(size, args.depth, args.filters, args.batch, args.pairs)
+        rows[0]["step_seconds"], rows[1]["step_seconds"] = timing["plain_seconds"], timing["remat_seconds"]
         for r in rows:
             rss = "-" if r["rss_peak_bytes"] is None else f"{r['rss_peak_bytes'] / 2**30:.2f}"
             print(
@@ -173,7 +214,8 @@ def main() -> None:
         change = f"tensor peak {100 * (remat['tensor_peak_bytes'] / plain['tensor_peak_bytes'] - 1):+.0f}%"
         if plain["rss_peak_bytes"]:
             change += f", host RSS peak {100 * (remat['rss_peak_bytes'] / plain['rss_peak_bytes'] - 1):+.0f}%"
-        print(f"       remat: {change}, step time {100 * (remat['step_seconds'] / plain['step_seconds'] - 1):+.0f}%")
+        ratios = ", ".join(f"{100 * (r - 1):+.0f}" for r in timing["ratios"])
+        print(f"       remat: {change}, step time {100 * (timing['ratio'] - 1):+.0f}% (median of the pairs: {ratios})")
         removable = plain["kept_bytes"] - remat["kept_bytes"]
         saved = plain["tensor_peak_bytes"] - remat["tensor_peak_bytes"]
         print(
@@ -189,7 +231,7 @@ def main() -> None:
                 f"({ws / tensor:.1f}x its {tensor / 2**20:.0f} MiB input), which remat cannot remove"
             )
     kernels = {True: "oneDNN", False: "generic (oneDNN off)", None: "unknown"}[plain["onednn"]]
-    print(f"device {plain['device']}; CPU kernels {kernels} (TF_ENABLE_ONEDNN_OPTS=1 turns oneDNN on)")
+    print(f"device {plain['device']}; CPU kernels {kernels} (distmis sets TF_ENABLE_ONEDNN_OPTS=1 unless it is set)")
 
 
 if __name__ == "__main__":

@@ -17,15 +17,25 @@ if TYPE_CHECKING:
     from distmis.config import ModelConfig
 
 
-def _norm(kind: str, groups: int, name: str):  # noqa: ANN202
+#: Keras's BatchNormalization momentum for its moving statistics
+BATCH_NORM_MOMENTUM = 0.99
+
+
+def _norm(kind: str, groups: int, name: str, *, recomputed: bool = False):  # noqa: ANN202
     import keras
 
+    # A rematerialised block runs its training forward pass twice per step (once forward, once
+    # again in the backward pass), and batch normalisation updates its moving statistics each
+    # time, from the same batch. Two updates with momentum sqrt(m) are exactly one with m:
+    # M <- m'(m'M + (1-m')x) + (1-m')x = m'^2 M + (1-m'^2) x. (Keras and TensorFlow have no
+    # switch to skip the update on recomputation.) Tested against the same model without remat.
+    momentum = BATCH_NORM_MOMENTUM**0.5 if recomputed else BATCH_NORM_MOMENTUM
     if kind == "batch":
-        return keras.layers.BatchNormalization(axis=-1, name=name)
+        return keras.layers.BatchNormalization(axis=-1, momentum=momentum, name=name)
     if kind == "sync_batch":
         # statistics reduced over all replicas of a data-parallel trial (as the CSCS course
         # recommends for small per-replica batches); identical to "batch" on one replica
-        return keras.layers.BatchNormalization(axis=-1, synchronized=True, name=name)
+        return keras.layers.BatchNormalization(axis=-1, momentum=momentum, synchronized=True, name=name)
     if kind == "group":
         return keras.layers.GroupNormalization(groups=groups, axis=-1, name=name)
     if kind == "instance":
@@ -33,7 +43,8 @@ def _norm(kind: str, groups: int, name: str):  # noqa: ANN202
     return None
 
 
-def _block_layers(filters: int, cfg: ModelConfig, name: str) -> list:
+def _block_layers(filters: int, cfg: ModelConfig, name: str, *, recomputed: bool = False) -> list:
+    """conv -> norm -> ReLU, twice (dropout is applied by :func:`_conv_block`)."""
     import keras
 
     layers = []
@@ -43,20 +54,25 @@ def _block_layers(filters: int, cfg: ModelConfig, name: str) -> list:
                 filters, cfg.kernel_size, padding="same", use_bias=cfg.norm == "none", name=f"{name}_conv{i}"
             )
         )
-        norm = _norm(cfg.norm, cfg.groups, f"{name}_norm{i}")
+        norm = _norm(cfg.norm, cfg.groups, f"{name}_norm{i}", recomputed=recomputed)
         if norm is not None:
             layers.append(norm)
         layers.append(keras.layers.Activation("relu", name=f"{name}_relu{i}"))
-    if cfg.dropout > 0:
-        layers.append(keras.layers.SpatialDropout3D(cfg.dropout, name=f"{name}_drop"))
     return layers
 
 
 def _conv_block(x, filters: int, cfg: ModelConfig, name: str):  # noqa: ANN001, ANN202
+    import keras
+
     if cfg.remat:
-        return _remat_block_class()(_block_layers(filters, cfg, name), name=name)(x)
-    for layer in _block_layers(filters, cfg, name):
-        x = layer(x)
+        x = _remat_block_class()(_block_layers(filters, cfg, name, recomputed=True), name=name)(x)
+    else:
+        for layer in _block_layers(filters, cfg, name):
+            x = layer(x)
+    if cfg.dropout > 0:
+        # outside the rematerialised block: its recomputation would draw a new dropout mask (the
+        # seed generator has moved on), and the gradient would not be the forward pass's
+        x = keras.layers.SpatialDropout3D(cfg.dropout, name=f"{name}_drop")(x)
     return x
 
 
@@ -93,7 +109,7 @@ def _remat_block_class():  # noqa: ANN202 - built lazily: Keras is imported only
 def _takes_training(layer) -> bool:  # noqa: ANN001
     import keras
 
-    return isinstance(layer, (keras.layers.BatchNormalization, keras.layers.SpatialDropout3D))
+    return isinstance(layer, keras.layers.BatchNormalization)
 
 
 def build_unet(

@@ -169,11 +169,13 @@ def test_mixed_float16_really_trains(prepared16: Path, tmp_path: Path) -> None:
 
 
 def test_remat_computes_the_same_step(prepared16: Path) -> None:
-    """Recomputing the blocks' activations changes memory and time, not the result."""
+    """Recomputing the blocks' activations changes memory and time, not the result: the same
+    losses with dropout (a recomputation must not draw a new mask) and the same batch-norm
+    moving statistics (the recomputation updates them a second time)."""
     from distmis.data import load_manifest
     from distmis.training import Trainer
 
-    losses = []
+    losses, moving = [], []
     for remat in (False, True):
         config = ExperimentConfig.model_validate(
             {
@@ -183,12 +185,20 @@ def test_remat_computes_the_same_step(prepared16: Path) -> None:
                     "seed": 3,
                     "augment": {"flip": False, "intensity": 0.0},
                 },
-                "model": {"depth": 3, "filters": 4, "norm": "group", "groups": 2, "remat": remat},
+                "model": {"depth": 3, "filters": 4, "norm": "batch", "dropout": 0.3, "remat": remat},
             }
         )
         trainer = Trainer(config, load_manifest(prepared16))
         losses.append([trainer.train_epoch()[0] for _ in range(2)])
+        moving.append(
+            {"/".join(v.path.split("/")[-2:]): v.numpy() for v in trainer.model.weights if "moving" in v.path}
+        )
+        kinds = {type(layer).__name__ for layer in trainer.model.layers}
     np.testing.assert_allclose(losses[0], losses[1], rtol=1e-4)
+    assert len(moving[0]) == 20 and moving[0].keys() == moving[1].keys()
+    for name, value in moving[0].items():
+        np.testing.assert_allclose(moving[1][name], value, rtol=1e-4, atol=1e-7, err_msg=name)
+    assert "RematBlock" in kinds  # the last model built was the rematerialised one
 
 
 def test_inspect_fingerprints_and_warns(msd16: Path, tmp_path: Path) -> None:
