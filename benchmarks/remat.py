@@ -1,7 +1,7 @@
 """Gradient checkpointing (``model.remat``): peak memory and step time with and without it.
 
 Memory: each row is a fresh process that builds the 3D U-Net, runs a warm-up training step
-(tracing) and timed steps on random data, and reports:
+(tracing) and a few more steps on random data, and reports:
 
   * the tensor memory peak: TensorFlow's allocator peak (weights, optimiser state, activations
     kept for the backward pass, gradients, workspaces), which is the figure a GPU reports. On
@@ -100,11 +100,10 @@ kept = 4 * (batch * size**3 * 4 + sum(math.prod(s.shape) for s in specs))  # flo
 if allocator:  # the model and optimiser are built; no step has run
     tf.config.experimental.reset_memory_stats(allocator)
 step()  # trace and first step
-times = []
-for _ in range(steps):
-    t = time.perf_counter(); step().numpy(); times.append(time.perf_counter() - t)
+for _ in range(steps):  # a few more: the peak of a steady step, not only the first (timed in PAIRED)
+    step().numpy()
 peak = peak_used()
-print(json.dumps({"size": size, "remat": bool(remat), "step_seconds": float(np.median(times)),
+print(json.dumps({"size": size, "remat": bool(remat),
                   "peak_bytes": peak, "kept_bytes": kept, "device": "GPU" if gpu else "CPU",
                   "onednn": onednn_on()}))
 """
@@ -168,7 +167,7 @@ def conv_workspace(size: int, filters: int) -> int:
 
 
 def run(size: int, depth: int, filters: int, batch: int, steps: int, remat: bool) -> dict:
-    """One row: the allocator's tensor peak; on the CPU also host RSS and step time with the default allocator."""
+    """One row's memory: the allocator's tensor peak; on the CPU also host RSS with the default allocator."""
     args = (size, depth, filters, batch, steps, int(remat))
     row = json.loads(fresh_process(STEP, *args, tensor_peak=True))
     row["tensor_peak_bytes"] = row.pop("peak_bytes")
@@ -189,7 +188,7 @@ def main() -> None:
     ap.add_argument("--depth", type=int, default=3)
     ap.add_argument("--filters", type=int, default=16)
     ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--steps", type=int, default=3, help="timed steps per memory row")
+    ap.add_argument("--steps", type=int, default=3, help="steps after the warm-up in each memory row")
     ap.add_argument("--pairs", type=int, default=7, help="alternated plain/remat step pairs for the step time")
     args = ap.parse_args()
     print(
