@@ -35,6 +35,7 @@ import sys
 # allocator; host RSS otherwise.
 PRELUDE = r"""
 import os, resource, sys
+from distmis.tensorflow_env import onednn_enabled
 from distmis.training import configure_tensorflow
 configure_tensorflow(2)  # threads as a trial sets them
 import tensorflow as tf
@@ -45,15 +46,6 @@ def used():
     if allocator:
         return tf.config.experimental.get_memory_info(allocator)["current"]
     return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-def onednn_on():
-    # TensorFlow's own decision: with TF_ENABLE_ONEDNN_OPTS unset it depends on the CPU (on only
-    # with AVX-512 VNNI/BF16 or AMX), so the variable alone cannot say. Private API; None if gone.
-    try:
-        from tensorflow.python.util import _pywrap_util_port
-        return bool(_pywrap_util_port.IsMklEnabled())
-    except (ImportError, AttributeError):
-        return None
 
 def peak_used():
     if allocator:
@@ -105,7 +97,7 @@ for _ in range(steps):  # a few more: the peak of a steady step, not only the fi
 peak = peak_used()
 print(json.dumps({"size": size, "remat": bool(remat),
                   "peak_bytes": peak, "kept_bytes": kept, "device": "GPU" if gpu else "CPU",
-                  "onednn": onednn_on()}))
+                  "onednn": onednn_enabled()}))
 """
 )
 

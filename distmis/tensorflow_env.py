@@ -32,6 +32,23 @@ def tensorflow_env() -> dict[str, str]:
     return {name: os.environ.get(name, default) for name, default in DEFAULTS.items()}
 
 
+def onednn_enabled() -> bool | None:
+    """Whether TensorFlow, as imported in this process, runs its oneDNN CPU kernels; None if unknown.
+
+    TensorFlow's own decision, not the variable's: with ``TF_ENABLE_ONEDNN_OPTS`` unset or empty
+    it depends on the CPU, and it only reads the variable when it is imported. The answer comes
+    from a private module (no public API reports it), so a TensorFlow without it gives None
+    rather than a guess. Imports TensorFlow (through :func:`import_tensorflow`) if needed.
+    """
+    import_tensorflow()
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+    except ImportError:
+        return None
+    is_enabled = getattr(_pywrap_util_port, "IsMklEnabled", None)
+    return bool(is_enabled()) if is_enabled is not None else None
+
+
 def apply_tensorflow_env() -> None:
     """Set the defaults this process's environment lacks; call before TensorFlow is imported."""
     for name, default in DEFAULTS.items():

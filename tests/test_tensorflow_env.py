@@ -14,8 +14,8 @@ from distmis.tensorflow_env import DEFAULTS, tensorflow_env
 PROBE = """
 from distmis.training import configure_tensorflow
 configure_tensorflow(1)
-from tensorflow.python.util import _pywrap_util_port
-print("onednn", _pywrap_util_port.IsMklEnabled())
+from distmis.tensorflow_env import onednn_enabled
+print("onednn", onednn_enabled())
 """
 
 
@@ -45,3 +45,20 @@ def test_ray_workers_and_child_processes_get_the_values_in_force(monkeypatch: py
     monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
     monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
     assert tensorflow_env() == {"TF_ENABLE_ONEDNN_OPTS": "0", "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
+@pytest.mark.parametrize("setting", ["", "0", "1"])
+def test_doctor_reports_what_tensorflow_decided_not_the_variable(setting: str) -> None:
+    # an empty value leaves the choice to TensorFlow (off on CPUs without AVX-512 VNNI/AMX): a
+    # doctor that read the variable by hand called it "on"
+    decided = {"onednn True": "on", "onednn False": "off"}[_probe(TF_ENABLE_ONEDNN_OPTS=setting).stdout.strip()]
+    clean = {k: v for k, v in os.environ.items() if k not in DEFAULTS}
+    doctor = subprocess.run(
+        [sys.executable, "-m", "distmis", "doctor"],
+        env={**clean, "TF_ENABLE_ONEDNN_OPTS": setting},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    line = next(line for line in doctor.stdout.splitlines() if "oneDNN CPU kernels" in line)
+    assert f"oneDNN CPU kernels: {decided} (TF_ENABLE_ONEDNN_OPTS={setting!r};" in line

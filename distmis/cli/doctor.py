@@ -22,6 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from distmis.tensorflow_env import onednn_enabled
     from distmis.training import configure_tensorflow
 
     results: list[tuple[str, bool, str]] = []
@@ -46,11 +47,13 @@ def run(args: argparse.Namespace) -> int:
     import tensorflow as tf
 
     gpus = tf.config.list_physical_devices("GPU")
-    onednn = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "")
+    onednn = onednn_enabled()
+    state = {True: "on", False: "off", None: "unknown to this TensorFlow"}[onednn]
+    setting = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
     check(
         "oneDNN CPU kernels",
         True,
-        f"{'on' if onednn not in ('0', 'false', 'False') else 'off'} (TF_ENABLE_ONEDNN_OPTS={onednn}; "
+        f"{state} (TF_ENABLE_ONEDNN_OPTS={'unset' if setting is None else repr(setting)}; "
         "distmis turns them on unless you set it: Conv3D on the CPU is several times faster)",
     )
     check("GPUs visible to TensorFlow", True, f"{len(gpus)} {[g.name for g in gpus]}")
