@@ -61,13 +61,22 @@ def _block_layers(filters: int, cfg: ModelConfig, name: str, *, recomputed: bool
     return layers
 
 
-def _conv_block(x, filters: int, cfg: ModelConfig, name: str):  # noqa: ANN001, ANN202
+def _conv_block(x, filters: int, cfg: ModelConfig, name: str, *, skip=None):  # noqa: ANN001, ANN202
+    """The block's two convolutions; a decoder block first concatenates ``skip`` to ``x``."""
     import keras
 
+    layers = _block_layers(filters, cfg, name, recomputed=cfg.remat)
+    if skip is not None:
+        layers.insert(0, keras.layers.Concatenate(axis=-1, name=f"{name}_concat"))
+    inputs = x if skip is None else [x, skip]
     if cfg.remat:
-        x = _remat_block_class()(_block_layers(filters, cfg, name, recomputed=True), name=name)(x)
+        # a decoder block's concatenation is recomputed too: otherwise the concatenated tensor,
+        # as large as the up-sampled and skip tensors together, is kept as the block's input,
+        # while the skip tensor is kept anyway (the encoder's pooling needs it)
+        x = _remat_block_class()(layers, name=name)(inputs)
     else:
-        for layer in _block_layers(filters, cfg, name):
+        x = inputs
+        for layer in layers:
             x = layer(x)
     if cfg.dropout > 0:
         # outside the rematerialised block: its recomputation would draw a new dropout mask (the
@@ -81,27 +90,29 @@ def _remat_block_class():  # noqa: ANN202 - built lazily: Keras is imported only
 
     class RematBlock(keras.layers.Layer):
         """A convolution block as one layer whose training forward pass is recomputed in the
-        backward pass (``keras.remat``): only the block's input is kept for the gradient, not its
-        convolution, normalisation and activation outputs.
+        backward pass (``keras.remat``): only the block's inputs are kept for the gradient, not its
+        concatenation, convolution, normalisation and activation outputs.
 
         ``keras.RematScope`` would pass ``training`` to TensorFlow's ``custom_gradient`` as a
         keyword, which graph mode refuses; so the block closes over it and hands ``keras.remat``
-        a function of the input alone.
+        a function of the input tensors alone (positional: ``custom_gradient`` takes no list).
         """
 
         def __init__(self, layers: list, **kwargs) -> None:  # noqa: ANN003
             super().__init__(**kwargs)
             self.block = layers
 
-        def _forward(self, x, training):  # noqa: ANN001, ANN202
+        def _forward(self, inputs, training):  # noqa: ANN001, ANN202
+            x = inputs if len(inputs) > 1 else inputs[0]
             for layer in self.block:
                 x = layer(x, training=training) if _takes_training(layer) else layer(x)
             return x
 
-        def call(self, x, training=None):  # noqa: ANN001, ANN201
+        def call(self, inputs, training=None):  # noqa: ANN001, ANN201
+            tensors = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
             if not training:  # inference (and the symbolic build) keeps nothing for a backward pass
-                return self._forward(x, training)
-            return keras.remat(lambda inputs: self._forward(inputs, training))(x)
+                return self._forward(tensors, training)
+            return keras.remat(lambda *args: self._forward(list(args), training))(*tensors)
 
     return RematBlock
 
@@ -145,8 +156,7 @@ def build_unet(
     x = _conv_block(x, cfg.filters * 2 ** (cfg.depth - 1), cfg, "bottom")
     for level in reversed(range(cfg.depth - 1)):
         x = keras.layers.Conv3DTranspose(cfg.filters * 2**level, 2, strides=2, name=f"up{level}_tconv")(x)
-        x = keras.layers.Concatenate(axis=-1, name=f"up{level}_concat")([x, skips[level]])
-        x = _conv_block(x, cfg.filters * 2**level, cfg, f"up{level}")
+        x = _conv_block(x, cfg.filters * 2**level, cfg, f"up{level}", skip=skips[level])
     activation = activation or ("sigmoid" if num_classes == 1 else "softmax")
     # float32 output even under mixed precision: the loss needs full precision
     outputs = keras.layers.Conv3D(num_classes, 1, activation=activation, dtype="float32", name="segmentation")(x)
