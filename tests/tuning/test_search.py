@@ -271,7 +271,7 @@ def _trial_actor_pids() -> list[int]:
 
 
 def test_failed_trial_restarts_from_its_last_checkpoint(prepared16: Path, tmp_path: Path) -> None:
-    """kill -9 the trial's process after its first epoch: Tune restarts it from that epoch's checkpoint."""
+    """kill -9 the trial's process after a registered checkpoint: Tune restarts it from that checkpoint."""
     path = space_file(
         tmp_path,
         prepared16,
@@ -293,7 +293,10 @@ def test_failed_trial_restarts_from_its_last_checkpoint(prepared16: Path, tmp_pa
         killed = False
         while time.monotonic() < deadline and proc.poll() is None and not killed:
             runs = list((out / "trials").glob("*/metrics.csv")) if (out / "trials").exists() else []
-            if runs and len(list(csv.DictReader(open(runs[0])))) >= 1 and _trial_actor_pids():
+            # two epochs written: Tune schedules a trial's next step only once it has processed
+            # the save that follows a result, so epoch 1's checkpoint is registered (after one
+            # epoch a kill could land before it was, and the trial restarted from scratch)
+            if runs and len(list(csv.DictReader(open(runs[0])))) >= 2 and _trial_actor_pids():
                 for pid in _trial_actor_pids():
                     os.kill(pid, signal.SIGKILL)  # the trial's worker process dies mid-training
                 killed = True
