@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 TF     ?= cpu
 DEMO_OUT ?= runs/demo
 
-.PHONY: demo test lint install clean
+.PHONY: demo test test-stress lint install clean
 
 $(BIN)/.installed-$(TF): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,14 +23,19 @@ demo: install
 	@echo "== distmis demo: quickstart search on synthetic MSD-layout data (data cached in ./data)"
 	rm -rf $(DEMO_OUT)
 	DISTMIS_DATA_HOME=$(CURDIR)/data $(BIN)/distmis tune search_spaces/quickstart.yaml --out $(DEMO_OUT)
-	@echo "== the best model on the held-out test cases (raw NIfTI in, segmentation NIfTI out)"
+	@echo "== the 2 best configurations cross-validated on 3 folds; their fold models become an ensemble (final/)"
+	DISTMIS_DATA_HOME=$(CURDIR)/data $(BIN)/distmis finalize $(DEMO_OUT) --top 2 --folds 3
+	@echo "== the best trial's model and the ensemble on the held-out test cases (raw NIfTI in, segmentation NIfTI out)"
 	DISTMIS_DATA_HOME=$(CURDIR)/data $(BIN)/distmis evaluate $(DEMO_OUT)/best --split test
+	DISTMIS_DATA_HOME=$(CURDIR)/data $(BIN)/distmis evaluate $(DEMO_OUT)/final --split test --out $(DEMO_OUT)/evaluate-final-test
 	@echo
 	@echo "== where to look"
 	@echo "  results table:     $(DEMO_OUT)/results.csv"
 	@echo "  best config:       $(DEMO_OUT)/best.yaml   (retrain it: $(BIN)/distmis train $(DEMO_OUT)/best.yaml)"
 	@echo "  best weights:      $(DEMO_OUT)/best/"
-	@echo "  test-set scores:   $(DEMO_OUT)/evaluate-test/ (metrics.csv, cases.png, predictions/*.nii.gz)"
+	@echo "  cross-validation:  $(DEMO_OUT)/finalize/report.html (selection bias, cv.csv, plots/)"
+	@echo "  ensemble model:    $(DEMO_OUT)/final/ (predict and evaluate take it as they take best/)"
+	@echo "  test-set scores:   $(DEMO_OUT)/evaluate-test/ (best/), $(DEMO_OUT)/evaluate-final-test/ (final/)"
 	@echo "  per-trial curves:  $(DEMO_OUT)/trials/<id>/metrics.csv, plots in $(DEMO_OUT)/plots/"
 	@echo "  MLflow:            $(BIN)/distmis ui   -> http://127.0.0.1:5000  (store: runs/mlflow.db)"
 
@@ -41,6 +46,10 @@ lint: install
 
 test: lint
 	$(BIN)/python -m pytest
+
+# the process-heavy tests (Ray, trials, servers, SLURM) with one busy CPU hog beside them
+test-stress: install
+	$(BIN)/python tests/stress.py
 
 clean:
 	rm -rf $(VENV) runs data .pytest_cache

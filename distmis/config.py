@@ -20,8 +20,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from distmis.documents import MAX_YAML_NODES, StrictYamlLoader, expanded_size
 from distmis.exceptions import ConfigError
+from distmis.metrics import SEARCH_METRICS, VAL_DICE, is_known_metric
+from distmis.space import ParamSpec, point_problems, structure_problems
 
 Vec3 = tuple[int, int, int]
+NormalizationScheme = Literal["auto", "zscore", "ct", "none"]
 
 
 class _Section(BaseModel):
@@ -48,6 +51,9 @@ class PrepareConfig(_Section):
     split: tuple[float, float, float] = (0.7, 0.15, 0.15)
     shards: int = Field(4, ge=1)
     seed: int = 0
+    #: per channel: ``auto`` (CT by the training foreground's range, others z-scored per case),
+    #: ``zscore``, ``ct`` or ``none``; one value for every channel, or a list with one per channel
+    normalization: NormalizationScheme | list[NormalizationScheme] = "auto"
 
     @field_validator("split")
     @classmethod
@@ -57,6 +63,21 @@ class PrepareConfig(_Section):
         if v[0] == 0:
             raise ValueError(f"the train fraction must be > 0, got {list(v)}")
         return v
+
+
+class FoldConfig(_Section):
+    """Train on fold ``index`` of a ``folds``-fold cross-validation of the train + validation cases
+    (``distmis finalize`` sets it; the test split is never used)."""
+
+    index: int = Field(ge=0)
+    folds: int = Field(ge=2)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _index_in_range(self) -> FoldConfig:
+        if self.index >= self.folds:
+            raise ValueError(f"fold index {self.index} out of range for {self.folds} folds (0..{self.folds - 1})")
+        return self
 
 
 class DataConfig(_Section):
@@ -70,6 +91,8 @@ class DataConfig(_Section):
     synthetic: SyntheticConfig = SyntheticConfig()
     prepare: PrepareConfig = PrepareConfig()
     cache_dir: str | None = None
+    #: a cross-validation fold to train on instead of the prepared train/val split
+    fold: FoldConfig | None = None
     #: evaluation regions, e.g. ``{WT: [1, 2, 3], TC: [2, 3], ET: [3]}`` or the preset ``msd_task01``:
     #: trained on with ``prepare.label_mode: regions``, reported per region in every label mode
     regions: dict[str, list[int]] | None = None
@@ -131,12 +154,32 @@ class TrainConfig(_Section):
     patch: Vec3 | None = None
     steps_per_epoch: int | None = Field(None, ge=1)
     augment: AugmentConfig = AugmentConfig()
-    loss: Literal["dice", "dice_bce", "dice_ce"] = "dice"
+    # auto: Dice for binary labels, Dice + cross-entropy for multi-class and region labels
+    # (nnU-Net's default: the cross-entropy term gives every voxel of a thin structure a gradient)
+    loss: Literal["auto", "dice", "dice_bce", "dice_ce"] = Field(
+        "auto", description="auto = dice for binary labels, dice_ce for multi-class and regions"
+    )
+    lr_schedule: Literal["constant", "poly", "cosine"] = Field(
+        "constant", description="after the warm-up; poly is nnU-Net's (1 - epoch/epochs)^0.9"
+    )
+    warmup_epochs: int = Field(0, ge=0, description="linear learning-rate warm-up")
+    # the others are placed uniformly; matters for small and thin structures
+    foreground_oversampling: float = Field(
+        0.0, ge=0, le=1, description="share of patches centred on a foreground voxel of a random class (nnU-Net 0.33)"
+    )
     precision: Literal["float32", "mixed_float16", "mixed_bfloat16"] = "float32"
     threads: int | None = Field(None, ge=1, description="TensorFlow intra/inter-op threads; default: the CPUs given")
     seed: int = 0
     lr_scaling: Literal["none", "linear"] = "none"
-    warmup_epochs: int = Field(0, ge=0)
+
+    @model_validator(mode="after")
+    def _warmup_within_epochs(self) -> TrainConfig:
+        if self.warmup_epochs >= self.epochs and self.lr_schedule != "constant":
+            raise ValueError(
+                f"warmup_epochs ({self.warmup_epochs}) must be fewer than epochs ({self.epochs}) "
+                f"for the {self.lr_schedule} schedule to decay after it"
+            )
+        return self
 
 
 class ModelConfig(_Section):
@@ -146,7 +189,11 @@ class ModelConfig(_Section):
     depth: int = Field(3, ge=1, le=6)
     filters: int = Field(8, ge=1)
     kernel_size: int = Field(3, ge=1)
-    norm: Literal["batch", "sync_batch", "group", "instance", "none"] = "batch"
+    #: group by default: batch statistics of 1-2 patches are noise at 3D batch sizes (measured on the
+    #: MNI152 task, benchmarks/recipe.py: grey-matter test Dice 0.715 with batch, 0.84 with group)
+    norm: Literal["batch", "sync_batch", "group", "instance", "none"] = Field(
+        "group", description="batch | sync_batch | group (default) | instance | none"
+    )
     groups: int = Field(4, ge=1)
     dropout: float = Field(0.0, ge=0, lt=1)
 
@@ -171,73 +218,55 @@ class OptimizerConfig(_Section):
 
 # --------------------------------------------------------------------------- search
 class SchedulerConfig(_Section):
+    """Early stopping of unpromising trials: Ray Tune's ASHA, over ``brackets`` brackets (more than
+    one is asynchronous Hyperband), or none. ``grace_period`` epochs run before a trial can be stopped."""
+
     type: Literal["asha", "none"] = "asha"
     grace_period: int = Field(1, ge=1)
     reduction_factor: float = Field(2, gt=1)
-
-
-METRICS = ("val_dice", "val_loss", "val_iou", "dice", "loss")
+    brackets: int = Field(1, ge=1)
 
 
 class SearchConfig(_Section):
-    """``points`` runs exactly the listed configurations (``{param: value}`` per trial), in
-    order: ``distmis compare`` uses it so that every parallelism mode trains the same ones."""
+    """``points``: with algorithm ``points``, exactly the listed configurations (``{param: value}``
+    per trial), in order (``distmis compare`` uses it so that every parallelism mode trains the
+    same ones); with ``optuna`` or ``random``, configurations tried first, before the sampler
+    proposes its own (a known-good configuration, or the prototype's best; a parameter a point
+    leaves out is sampled)."""
 
     algorithm: Literal["optuna", "random", "grid", "points"] = "optuna"
     points: list[dict[str, Any]] | None = None
-    metric: str = "val_dice"
+    metric: str = VAL_DICE
     mode: Literal["max", "min"] = "max"
     num_samples: int = Field(8, ge=1)
     max_concurrent_trials: int | None = Field(None, ge=1)
     seed: int = 0
+    startup_trials: int | None = Field(
+        None,
+        ge=1,
+        description="random trials before TPE models the results; default max(2 x concurrency, min(10, num_samples/4))",
+    )
     scheduler: SchedulerConfig = SchedulerConfig()
     max_failures: int = Field(2, ge=0)
+
+    def tpe_startup_trials(self, concurrency: int) -> int:
+        """Random trials TPE starts with: ``startup_trials``, else the rule in its description."""
+        if self.startup_trials:
+            return self.startup_trials
+        return max(2 * concurrency, min(10, self.num_samples // 4))
 
     @field_validator("metric")
     @classmethod
     def _known_metric(cls, v: str) -> str:
-        import re as _re
-
         # per class / region: val_dice_<name> (which names exist is checked against the data)
-        if v not in METRICS and not _re.fullmatch(r"val_(dice|iou)_[A-Za-z0-9_]+", v):
-            hint = difflib.get_close_matches(v, METRICS, n=1)
+        if not is_known_metric(v):
+            hint = difflib.get_close_matches(v, SEARCH_METRICS, n=1)
             extra = f" (did you mean {hint[0]!r}?)" if hint else ""
             raise ValueError(
-                f"unknown metric {v!r}{extra}; expected one of {list(METRICS)} or "
+                f"unknown metric {v!r}{extra}; expected one of {list(SEARCH_METRICS)} or "
                 "val_dice_<class or region> / val_iou_<class or region>"
             )
         return v
-
-
-class ParamSpec(_Section):
-    """One searched parameter: exactly one distribution key, plus an optional condition."""
-
-    uniform: tuple[float, float] | None = None
-    loguniform: tuple[float, float] | None = None
-    randint: tuple[int, int] | None = None
-    choice: list[Any] | None = None
-    when: dict[str, Any] | None = None
-
-    @model_validator(mode="after")
-    def _exactly_one_distribution(self) -> ParamSpec:
-        given = [k for k in ("uniform", "loguniform", "randint", "choice") if getattr(self, k) is not None]
-        if len(given) != 1:
-            raise ValueError(
-                f"a parameter needs exactly one of uniform, loguniform, randint, choice; got {given or 'none'}"
-            )
-        for key in ("uniform", "loguniform", "randint"):
-            bounds = getattr(self, key)
-            if bounds is not None and not bounds[0] < bounds[1]:
-                raise ValueError(f"`low < high` must hold for {key}, but got (low={bounds[0]}, high={bounds[1]})")
-        if self.loguniform is not None and self.loguniform[0] <= 0:
-            raise ValueError(f"loguniform needs low > 0, but got low={self.loguniform[0]}")
-        if self.choice is not None and not self.choice:
-            raise ValueError("choice needs at least one value")
-        return self
-
-    @property
-    def kind(self) -> str:
-        return next(k for k in ("uniform", "loguniform", "randint", "choice") if getattr(self, k) is not None)
 
 
 class ParallelismConfig(_Section):
@@ -293,15 +322,15 @@ class ExperimentConfig(_Section):
     @model_validator(mode="after")
     def _points_match_space(self) -> ExperimentConfig:
         s = self.search
-        if s.algorithm == "points" and self.space:  # (a trial's own config has no space left to check)
-            if not s.points:
-                raise ValueError("search.points: algorithm 'points' needs a non-empty list of configurations")
-            for i, point in enumerate(s.points):
-                unknown = sorted(set(point) - set(self.space))
-                if unknown:
-                    raise ValueError(f"search.points[{i}]: {unknown} are not parameters of space {sorted(self.space)}")
-        elif s.points is not None and s.algorithm != "points":
-            raise ValueError(f"search.points is only used with algorithm 'points', not {s.algorithm!r}")
+        if s.algorithm == "points" and self.space and not s.points:  # (a trial's own config has no space left)
+            raise ValueError("search.points: algorithm 'points' needs a non-empty list of configurations")
+        if s.points is not None and s.algorithm == "grid":
+            raise ValueError("search.points: a grid runs its own points; use algorithm points, optuna or random")
+        if s.points and self.space:
+            problems = point_problems(self.space, s.points, exact=s.algorithm == "points")
+            if problems:
+                loc, message = problems[0]
+                raise ValueError(f"{'.'.join(str(p) for p in loc)}: {message}")
         return self
 
     def to_yaml_dict(self) -> dict[str, Any]:
@@ -342,37 +371,30 @@ def resolve_param_name(name: str) -> str:
     raise ValueError(f"unknown searchable field {name!r}{extra}")
 
 
+#: keys a trial's parameters may set besides the searchable fields: the fold of a finalize trial
+TRIAL_KEYS = ("data.fold",)
+
+
 def apply_params(config: ExperimentConfig, params: dict[str, Any]) -> ExperimentConfig:
     """Return a copy of ``config`` with searched ``params`` set (validated like the file)."""
     data = config.to_yaml_dict()
     for key, value in params.items():
-        section, _, fld = resolve_param_name(key).partition(".")
+        section, _, fld = (key if key in TRIAL_KEYS else resolve_param_name(key)).partition(".")
         data[section][fld] = value
     data["space"] = {}
     return ExperimentConfig.model_validate(data)
 
 
 def _check_space(config: ExperimentConfig) -> list[tuple[tuple[Any, ...], str]]:
-    """Cross-field checks of ``space`` that pydantic cannot express; returns (loc, message)."""
+    """What pydantic cannot check field by field: every ``space`` key names a searchable field,
+    and the space's own rules (conditions on searched parameters)."""
     problems: list[tuple[tuple[Any, ...], str]] = []
-    for key, spec in config.space.items():
+    for key in config.space:
         try:
             resolve_param_name(key)
         except ValueError as exc:
             problems.append((("space", key), str(exc)))
-        for target, _ in (spec.when or {}).items():
-            if target not in config.space:
-                hint = difflib.get_close_matches(target, list(config.space), n=1)
-                extra = f" (did you mean {hint[0]!r}?)" if hint else ""
-                problems.append(
-                    (
-                        ("space", key, "when", target),
-                        f"condition on {target!r}, which is not a searched parameter{extra}",
-                    )
-                )
-            elif target == key:
-                problems.append((("space", key, "when"), "a parameter cannot depend on itself"))
-    return problems
+    return problems + structure_problems(config.space)
 
 
 # --------------------------------------------------------------------------- loading with line numbers
@@ -389,6 +411,17 @@ def _line_map(node: yaml.Node, path: tuple[Any, ...], out: dict[tuple[Any, ...],
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
             _line_map(item, path + (i,), out)
+
+
+def _located(message: str) -> tuple[tuple[Any, ...], str]:
+    """(the YAML path a message starts with, the rest): its line can then be found."""
+    import re
+
+    match = re.match(r"^([A-Za-z_]\w*(?:\.\w+)+): (.*)$", message, re.DOTALL)
+    if not match:
+        return (), message
+    path = tuple(int(p) if p.isdigit() else p for p in match.group(1).split("."))
+    return path, match.group(2)
 
 
 def _format_loc(loc: tuple[Any, ...]) -> str:
@@ -483,7 +516,15 @@ def load_config(path: str | os.PathLike[str], *, require_space: bool = False) ->
                 msg = f"unknown key{_did_you_mean(loc)}"
             elif "input" in err and err["type"] not in ("missing",) and not isinstance(err["input"], dict):
                 msg = f"{msg} (got {err['input']!r})"
+            if not loc:  # a check of the whole file that names its own field ("search.points.0.lr: ...")
+                loc, msg = _located(msg)
             problems.append((loc, msg))
+        # a union (a value or a list of values) fails once per branch: keep the deepest, most precise
+        locs = [loc for loc, _ in problems]
+        problems = [
+            (loc, m) for loc, m in problems if not any(o[: len(loc)] == loc and len(o) > len(loc) for o in locs)
+        ]
+        problems = [(loc, m) for i, (loc, m) in enumerate(problems) if loc not in [q for q, _ in problems[:i]]]
     if config is not None:
         problems.extend(_check_space(config))
         if require_space and not config.space:
@@ -505,9 +546,68 @@ def dump_config(config: ExperimentConfig, path: str | os.PathLike[str]) -> None:
     write_text_atomic(Path(path), yaml.safe_dump(config.to_yaml_dict(), sort_keys=False))
 
 
+# --------------------------------------------------------------------------- the keys, for --help
+def _kind(annotation: Any) -> str:
+    """A short spelling of a field's type: ``a|b|c`` for a Literal, ``[x, y, z]`` for a Vec3."""
+    import types
+    import typing
+
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is Literal:
+        return "|".join(str(a).lower() if isinstance(a, bool) else str(a) for a in args)
+    if origin in (typing.Union, types.UnionType):
+        parts = [_kind(a) for a in args if a is not type(None)]
+        return " or ".join(parts) + (" or null" if type(None) in args else "")
+    if origin is tuple:
+        return "[" + ", ".join(_kind(a) for a in args) + "]"
+    if origin in (list, dict):
+        return "list" if origin is list else "mapping"
+    if annotation is bool:
+        return "true|false"
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def _default(info: Any) -> str:
+    if info.default_factory is not None or info.is_required():
+        return ""
+    value = info.default
+    if isinstance(value, BaseModel):
+        return ""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, tuple):
+        return str(list(value))
+    return "null" if value is None else str(value)
+
+
+def config_reference(model: type[BaseModel] = ExperimentConfig, prefix: str = "") -> list[str]:
+    """Every key of the configuration file with its values and default, drawn from the models
+    themselves, so that ``--help`` cannot drift from what ``validate`` accepts."""
+    lines: list[str] = []
+    for name, info in model.model_fields.items():
+        key = f"{prefix}{name}"
+        annotation = info.annotation
+        sub = next(
+            (a for a in (annotation, *__import__("typing").get_args(annotation))
+             if isinstance(a, type) and issubclass(a, BaseModel)),
+            None,
+        )  # fmt: skip
+        if sub is not None and sub is not ParamSpec:
+            lines.extend(config_reference(sub, f"{key}."))
+            continue
+        default = _default(info)
+        text = f"  {key}: {_kind(annotation)}" + (f" (default {default})" if default else "")
+        if info.description:
+            text += f"; {info.description}"
+        lines.append(text)
+    return lines
+
+
 __all__ = [
     "AugmentConfig",
+    "config_reference",
     "DataConfig",
+    "FoldConfig",
     "ExperimentConfig",
     "ModelConfig",
     "OptimizerConfig",

@@ -121,11 +121,18 @@ def load_json_document(model: type[M], path: str | Path, *, error: type[DistmisE
 
 # --------------------------------------------------------------------------- YAML
 class StrictYamlLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys (the last one would silently win otherwise)."""
+    """SafeLoader that refuses duplicate keys (the last one would silently win otherwise).
+
+    Merge keys (``<<: *defaults``) work as YAML defines them: the merged mapping's keys come
+    first and the mapping's own keys override them; only a key written twice in the mapping
+    itself is refused.
+    """
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
             key = self.construct_object(key_node, deep=deep)
             try:
                 hash(key)
@@ -142,7 +149,11 @@ class StrictYamlLoader(yaml.SafeLoader):
                     key_node.start_mark,
                 )
             seen[key] = key_node.start_mark.line + 1
-        return super().construct_mapping(node, deep=deep)
+        self.flatten_mapping(node)  # merge keys: their mappings first, this mapping's own keys after (they win)
+        merged: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            merged[self.construct_object(key_node, deep=deep)] = self.construct_object(value_node, deep=deep)
+        return merged
 
 
 StrictYamlLoader.add_constructor("tag:yaml.org,2002:map", StrictYamlLoader.construct_yaml_map)

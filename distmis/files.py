@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from distmis.exceptions import DistmisError, OutputError
+from distmis.locks import LOCK_FILE, sibling_lock
 
 MARKER = ".distmis-output"
 SIGNATURE = "distmis"
@@ -56,7 +57,7 @@ def current_umask() -> int:
 def _as_umask_allows(path: Path, *, directory: bool) -> None:
     base = 0o777 if directory else 0o666
     with contextlib.suppress(OSError):
-        os.chmod(path, base & ~current_umask())
+        path.chmod(base & ~current_umask())
 
 
 # --------------------------------------------------------------------------- ownership
@@ -117,9 +118,60 @@ def written_by_distmis(path: Path) -> bool:
     return file_signature(path) is not None
 
 
+# --------------------------------------------------------------------------- the disk failing
+#: errors of the machine, not of the input: a full disk or quota, a read-only or failing device
+DISK_ERRNOS = {
+    errno.ENOSPC: "ENOSPC, no space left on the device",
+    errno.EDQUOT: "EDQUOT, disk quota exceeded",
+    errno.EROFS: "EROFS, read-only filesystem",
+    errno.EIO: "EIO, input/output error",
+}
+_DISK_MESSAGES = {"No space left on device": errno.ENOSPC, "Disk quota exceeded": errno.EDQUOT}
+
+
+def disk_failure(exc: BaseException) -> str | None:
+    """One line for an error of the disk (full, over quota, read-only, failing), naming the path;
+    ``None`` for any other error. TensorFlow reports a full disk as its own error with the path
+    in the message, and is recognised too."""
+    if isinstance(exc, OSError) and exc.errno in DISK_ERRNOS:
+        where = exc.filename or "a file"
+        return f"{where}: {DISK_ERRNOS[exc.errno]}; make room and run the command again (--resume where it has one)"
+    text = str(exc)
+    for message, code in _DISK_MESSAGES.items():
+        if message in text:
+            return f"{text.strip().splitlines()[0][:300]} ({DISK_ERRNOS[code]}); make room and run the command again"
+    return None
+
+
+# --------------------------------------------------------------------------- inputs
+def input_problem(path: Path) -> str | None:
+    """Why an input file cannot be read, in words (``None``: it can): missing, a broken symbolic
+    link (and to what), a link loop, a directory, unreadable."""
+    path = Path(path)
+    if not os.path.lexists(path):
+        return "missing"
+    if path.is_symlink():
+        try:
+            path.resolve(strict=True)
+        except RuntimeError:  # Python < 3.13 reports a loop so
+            return "a symbolic link loop"
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return "a symbolic link loop"
+            return f"a broken symbolic link (to {path.readlink()})"
+    try:
+        if not path.is_file():
+            return "not a regular file" + (" (a directory)" if path.is_dir() else "")
+    except OSError as exc:  # ELOOP on some kernels, EACCES on the path
+        return exc.strerror or type(exc).__name__
+    if not os.access(path, os.R_OK):
+        return "not readable by you (permissions)"
+    return None
+
+
 # --------------------------------------------------------------------------- where outputs may go
 def _real(path: str | os.PathLike[str]) -> Path:
-    return Path(os.path.realpath(os.path.expanduser(str(path))))
+    return Path(str(path)).expanduser().resolve()
 
 
 def _name_limits(path: Path) -> tuple[int, int]:
@@ -152,7 +204,7 @@ def check_output(
     Raises:
         OutputError: ``out`` is, contains or lies inside an input, or its name is too long.
     """
-    out_path = Path(os.path.expanduser(str(out)))
+    out_path = Path(str(out)).expanduser()
     name_max, path_max = _name_limits(out_path.absolute())
     for part in out_path.absolute().parts:
         if len(part.encode()) > name_max:
@@ -214,30 +266,43 @@ def replace_directory(new: Path, target: Path) -> None:
     """Put directory ``new`` at ``target``, replacing what is there, with no moment without one."""
     new, target = Path(new), Path(target)
     if not target.exists():
-        os.replace(new, target)
+        new.replace(target)
         return
     if _exchange(new, target):
         shutil.rmtree(new, ignore_errors=True)  # ``new`` now holds the old content
         return
     old = target.with_name(f".{target.name[:40]}.old-{os.getpid()}")
-    os.replace(target, old)
-    os.replace(new, target)
+    target.replace(old)
+    new.replace(target)
     shutil.rmtree(old, ignore_errors=True)
 
 
 def make_parents(directory: Path) -> list[Path]:
-    """``mkdir -p directory``; returns the directories it created, outermost first."""
-    created: list[Path] = []
+    """``mkdir -p directory``; returns the directories this call created, outermost first.
+
+    Each level is created with its own ``mkdir``, so of two processes creating the same path at
+    once exactly one is told it created it (and only that one may remove it again).
+    """
+    missing: list[Path] = []
     probe = Path(directory)
     while not probe.exists() and probe != probe.parent:
-        created.append(probe)
+        missing.append(probe)
         probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        raise OutputError(f"{directory}: cannot create output directory ({probe} is not a directory)")
+    created: list[Path] = []
     try:
-        Path(directory).mkdir(parents=True, exist_ok=True)
+        for level in reversed(missing):
+            try:
+                level.mkdir()
+                created.append(level)
+            except FileExistsError:
+                if not level.is_dir():
+                    raise
     except OSError as exc:
-        remove_if_empty(list(reversed(created)))
+        remove_if_empty(created)
         raise OutputError(f"{directory}: cannot create output directory ({exc.strerror})") from None
-    return list(reversed(created))
+    return created
 
 
 def remove_if_empty(directories: list[Path]) -> None:
@@ -249,7 +314,7 @@ def remove_if_empty(directories: list[Path]) -> None:
 
 def _tmp_sibling(target: Path, *, directory: bool) -> Path:
     # a short temporary name: a target name near the filesystem limit must still fit
-    parent = target.parent if str(target.parent) else Path(".")
+    parent = target.parent if str(target.parent) else Path()
     if directory:
         tmp = Path(tempfile.mkdtemp(prefix=".distmis-tmp-", dir=parent))
     else:
@@ -278,32 +343,39 @@ def atomic_directory(
     out = Path(out)
     if not inside_own_output:
         check_replaceable(out, option=option, overwrite=overwrite)
-    parents = make_parents(out.parent if str(out.parent) else Path("."))
-    tmp = _tmp_sibling(out, directory=True)
-    try:
-        yield tmp
-        write_marker(tmp, command)
-        if not inside_own_output:
-            check_replaceable(out, option=option, overwrite=overwrite)
-        replace_directory(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        remove_if_empty(parents)
-        raise
+    parents = make_parents(out.parent if str(out.parent) else Path())
+    with contextlib.ExitStack() as held:
+        try:
+            if not inside_own_output:  # one writer at a time: a second command is refused, naming the first
+                held.enter_context(sibling_lock(out, command=command, option=option))
+            tmp = _tmp_sibling(out, directory=True)
+        except BaseException:
+            remove_if_empty(parents)
+            raise
+        try:
+            yield tmp
+            write_marker(tmp, command)
+            if not inside_own_output:
+                check_replaceable(out, option=option, overwrite=overwrite)
+            replace_directory(tmp, out)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            held.close()  # the lock file goes before the parents it may sit in
+            remove_if_empty(parents)
+            raise
 
 
 @contextlib.contextmanager
 def atomic_file(path: Path) -> Iterator[Path]:
     """Yield a temporary path beside ``path`` (same suffix); renamed to ``path`` if the block succeeds."""
     path = Path(path)
-    parents = make_parents(path.parent if str(path.parent) else Path("."))
+    parents = make_parents(path.parent if str(path.parent) else Path())
     tmp = _tmp_sibling(path, directory=False)
     try:
         yield tmp
-        os.replace(tmp, path)
+        tmp.replace(path)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        tmp.unlink(missing_ok=True)
         remove_if_empty(parents)
         raise
 
@@ -324,56 +396,93 @@ def write_secret(path: Path, text: str) -> None:
     make_parents(path.parent)
     tmp = _tmp_sibling(path, directory=False)
     try:
-        os.chmod(tmp, 0o600)
+        tmp.chmod(0o600)
         tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
+        tmp.replace(path)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        tmp.unlink(missing_ok=True)
         raise
+
+
+class OutputClaim:
+    """``out`` claimed by one command for as long as it runs: created (marked) or checked, and locked.
+
+    For an output written piece by piece (a search, a comparison, a training run). ``out`` must not
+    exist, or be empty, or be a directory distmis marked for the same command. The lock
+    (:mod:`distmis.locks`) is held from the claim to its end, so a second process writing here is
+    refused at once; only a claim that created ``out`` and holds its lock removes it again, when
+    :meth:`setting_up` fails with bad input: bad input leaves nothing behind, and a refused second
+    process never touches the first one's directory.
+    """
+
+    def __init__(self, out: Path, *, command: str, option: str, new: bool = True) -> None:
+        self.out, self.command, self.option, self.new = Path(out), command, option, new
+        self.created: list[Path] = []
+        self._lock = contextlib.ExitStack()
+
+    def __enter__(self) -> OutputClaim:
+        from distmis.locks import directory_lock
+
+        out = self.out
+        if self.new:
+            self.created = make_parents(out) if not out.exists() else []
+            if not self.created:
+                self._check_existing()
+        elif not out.is_dir():
+            raise OutputError(f"{self.option} {out}: not a directory")
+        self._lock.enter_context(directory_lock(out, command=self.command, option=self.option))
+        if self.new and marker_info(out) is None:
+            write_marker(out, self.command)
+        return self
+
+    def _check_existing(self) -> None:
+        out, option = self.out, self.option
+        if not out.is_dir():
+            raise OutputError(f"{option} {out}: exists and is not a directory")
+        info = marker_info(out)
+        if info is None and any(p.name != LOCK_FILE for p in out.iterdir()):
+            raise OutputError(f"{option} {out}: a non-empty directory not written by distmis; choose another path")
+        if info is not None and info.get("written_by") != f"{SIGNATURE} {self.command}":
+            raise OutputError(
+                f"{option} {out}: holds the output of {info.get('written_by')!r}, "
+                f"not of distmis {self.command}; choose another path"
+            )
+
+    @contextlib.contextmanager
+    def setting_up(self) -> Iterator[Path]:
+        """The part of the command where bad input may still be found: on a :class:`DistmisError`
+        a directory this claim created is removed again."""
+        try:
+            yield self.out
+        except DistmisError:
+            if self.created:
+                shutil.rmtree(self.out, ignore_errors=True)
+                remove_if_empty(self.created[:-1])
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.close()
 
 
 @contextlib.contextmanager
 def owned_output_directory(out: Path, *, command: str, option: str) -> Iterator[Path]:
-    """Create ``out`` (marked) for an output written piece by piece (a search, a training run).
-
-    ``out`` must not exist, or be empty, or be a directory distmis marked for the same
-    command. If the block fails with a :class:`DistmisError` (bad input found late) and this
-    call created ``out``, it is removed again: bad input leaves nothing behind.
-    """
-    out = Path(out)
-    created = make_parents(out) if not out.exists() else []
-    if not created:
-        if not out.is_dir():
-            raise OutputError(f"{option} {out}: exists and is not a directory")
-        info = marker_info(out)
-        if info is None and any(out.iterdir()):
-            raise OutputError(f"{option} {out}: a non-empty directory not written by distmis; choose another path")
-        if info is not None and info.get("written_by") != f"{SIGNATURE} {command}":
-            raise OutputError(
-                f"{option} {out}: holds the output of {info.get('written_by')!r}, "
-                f"not of distmis {command}; choose another path"
-            )
-    try:
-        if marker_info(out) is None:
-            write_marker(out, command)
+    """Claim ``out`` (:class:`OutputClaim`) for the block; a new one is removed again on bad input."""
+    with OutputClaim(out, command=command, option=option) as claim, claim.setting_up():
         yield out
-    except DistmisError:
-        if created:
-            shutil.rmtree(out, ignore_errors=True)
-            remove_if_empty(created[:-1])
-        raise
 
 
 __all__ = [
     "MARKER",
     "SIGNATURE",
+    "OutputClaim",
     "atomic_directory",
     "atomic_file",
     "check_output",
     "check_replaceable",
     "current_umask",
+    "disk_failure",
     "file_signature",
+    "input_problem",
     "make_parents",
     "marker_info",
     "owned_output_directory",

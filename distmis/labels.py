@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from distmis.metrics import class_metrics
+
 if TYPE_CHECKING:
     import tensorflow as tf
 
@@ -61,7 +63,7 @@ def metric_names(
     names = class_names(labels, label_mode, num_classes, regions)
     if label_mode == "multiclass" and regions:
         names += [metric_suffix(r) for r in regions if metric_suffix(r) not in names]
-    return [f"val_{kind}_{n}" for n in names for kind in ("dice", "iou")]
+    return class_metrics(names)
 
 
 def paint_order(regions: dict[str, list[int]]) -> list[tuple[str, int]]:

@@ -21,13 +21,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from distmis.config import ExperimentConfig, ParamSpec, apply_params, resolve_param_name
+from distmis.config import ExperimentConfig, apply_params, resolve_param_name
 from distmis.exceptions import ConfigError, DistmisError
+from distmis.metrics import SEARCH_METRICS, better_direction
+from distmis.space import candidates, condition_holds, condition_problems, grid_problems, ordered_params
 
 #: corner combinations checked exhaustively up to this many (then parameter by parameter)
 MAX_COMBINATIONS = 4096
-HIGHER_IS_BETTER = ("dice", "iou")
-LOWER_IS_BETTER = ("loss",)
 
 
 @dataclass(frozen=True)
@@ -46,22 +46,9 @@ class DataFacts:
 
     def metric_names(self) -> list[str]:
         """Every metric a search on this data can optimise."""
-        from distmis.config import METRICS
         from distmis.labels import metric_names
 
-        return [*METRICS, *metric_names(self.labels or {}, self.label_mode, self.num_classes, self.regions)]
-
-
-def _candidates(spec: ParamSpec) -> list[Any]:
-    """Values that stand for everything ``spec`` can sample (see the module docstring)."""
-    if spec.choice is not None:
-        return list(spec.choice)
-    if spec.randint is not None:
-        low, high = spec.randint
-        return sorted({low, high - 1})
-    bounds = spec.uniform if spec.uniform is not None else spec.loguniform
-    assert bounds is not None  # the spec model guarantees exactly one kind
-    return [bounds[0], bounds[1]]
+        return [*SEARCH_METRICS, *metric_names(self.labels or {}, self.label_mode, self.num_classes, self.regions)]
 
 
 def _refusal(exc: Exception) -> str:
@@ -80,7 +67,7 @@ def _check_values(config: ExperimentConfig) -> list[tuple[tuple[Any, ...], str]]
         except (ValidationError, ValueError) as exc:
             problems.append((("search", "points", i), f"{point} is refused: {_refusal(exc)}"))
     for name, spec in config.space.items():
-        for value in _candidates(spec):
+        for value in candidates(spec):
             try:
                 apply_params(config, {name: value})
             except (ValidationError, ValueError) as exc:
@@ -96,13 +83,11 @@ def _check_values(config: ExperimentConfig) -> list[tuple[tuple[Any, ...], str]]
 
 def _check_combinations(config: ExperimentConfig) -> list[tuple[tuple[Any, ...], str]]:
     """Combinations of corner values, conditions respected (``groups`` x ``filters`` and the like)."""
-    from distmis.tuning.space import condition_holds, ordered_params
-
     order = ordered_params(config.space)
-    sizes = [len(_candidates(config.space[n])) for n in order]
+    sizes = [len(candidates(config.space[n])) for n in order]
     if math.prod(sizes) > MAX_COMBINATIONS:
         return []
-    for combo in itertools.product(*(_candidates(config.space[n]) for n in order)):
+    for combo in itertools.product(*(candidates(config.space[n]) for n in order)):
         point: dict[str, Any] = {}
         for name, value in zip(order, combo, strict=True):
             if condition_holds(config.space[name], point):
@@ -114,63 +99,21 @@ def _check_combinations(config: ExperimentConfig) -> list[tuple[tuple[Any, ...],
     return []
 
 
-def _check_conditions(config: ExperimentConfig) -> list[tuple[tuple[Any, ...], str]]:
-    from distmis.tuning.space import param_values
-
-    problems: list[tuple[tuple[Any, ...], str]] = []
-    for name, spec in config.space.items():
-        for target, wanted in (spec.when or {}).items():
-            if target not in config.space or target == name:
-                continue  # reported by config validation
-            tspec = config.space[target]
-            allowed = wanted if isinstance(wanted, list) else [wanted]
-            if tspec.kind in ("uniform", "loguniform"):
-                problems.append(
-                    (
-                        ("space", name, "when", target),
-                        f"condition on the continuous parameter {target!r} can never hold exactly; "
-                        "condition on a choice or randint parameter",
-                    )
-                )
-                continue
-            values = param_values(tspec)
-            if not any(v in allowed for v in values):  # the same test as space.condition_holds
-                problems.append(
-                    (
-                        ("space", name, "when", target),
-                        f"condition {target} == {wanted!r} can never hold: {target} takes {values}, so "
-                        f"{name} would never be searched",
-                    )
-                )
-    return problems
-
-
 def _check_search(config: ExperimentConfig) -> list[tuple[tuple[Any, ...], str]]:
     problems: list[tuple[tuple[Any, ...], str]] = []
     s = config.search
-    if s.metric.endswith(HIGHER_IS_BETTER) and s.mode == "min":
+    better = better_direction(s.metric)
+    if better is not None and better != s.mode:
+        what = "higher" if better == "max" else "lower"
         problems.append(
             (
                 ("search", "mode"),
-                f"'min' with metric {s.metric}, where higher is better: the search would "
-                "look for the worst model; use mode: max",
-            )
-        )
-    if s.metric.endswith(LOWER_IS_BETTER) and s.mode == "max":
-        problems.append(
-            (
-                ("search", "mode"),
-                f"'max' with metric {s.metric}, where lower is better: the search would "
-                "look for the worst model; use mode: min",
+                f"{s.mode!r} with metric {s.metric}, where {what} is better: the search would "
+                f"look for the worst model; use mode: {better}",
             )
         )
     if s.algorithm == "grid" and config.space:
-        from distmis.tuning.space import grid_points
-
-        try:
-            grid_points(config.space)
-        except ConfigError as exc:
-            problems.append((("space",), str(exc).removeprefix("space: ")))
+        problems += grid_problems(config.space)
     return problems
 
 
@@ -180,8 +123,7 @@ def data_facts(config: ExperimentConfig, base_dir: Path) -> DataFacts:
     Raises:
         DataError: the source does not exist or is malformed (naming the file).
     """
-    from distmis.data import load_manifest, read_dataset_json, split_cases
-    from distmis.data._prepare import MANIFEST
+    from distmis.data import MANIFEST, load_manifest, read_dataset_json, split_cases
     from distmis.exceptions import DataError
 
     data = config.data
@@ -193,7 +135,7 @@ def data_facts(config: ExperimentConfig, base_dir: Path) -> DataFacts:
         return {"labels": labels, "label_mode": mode, "num_classes": classes, "regions": data.regions}
 
     if data.source == "synthetic":
-        from distmis.data._synth import LABELS
+        from distmis.data import SYNTH_LABELS as LABELS
 
         ids = [f"SYNTH_{i:03d}" for i in range(data.synthetic.cases)]
         split = split_cases(ids, prep.split, prep.seed)
@@ -242,7 +184,7 @@ def _sampled(config: ExperimentConfig, field: str) -> list[Any]:
     for key, spec in config.space.items():
         try:
             if resolve_param_name(key) == field:
-                values.extend(_candidates(spec))
+                values.extend(candidates(spec))
         except ValueError:
             continue
     return values
@@ -335,7 +277,7 @@ def preflight(
     values_ok = not problems
     if values_ok:
         problems += _check_combinations(config)
-    problems += _check_conditions(config) + _check_search(config)
+    problems += condition_problems(config.space) + _check_search(config)
     facts = None
     if check_data:
         try:

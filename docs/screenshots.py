@@ -27,7 +27,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from browser import Browser, find_chromium  # noqa: E402 - the test suite's headless-chromium driver
+from browser import Browser, find_chromium
 
 EXPAND_PARENT_ROWS = (
     """[...document.querySelectorAll('button[data-component-id*="runnamecellrenderer"]')].forEach(b => b.click());"""
@@ -64,7 +64,7 @@ def live_view(search: Path, out: Path) -> None:
     import yaml
     from rich.console import Console
 
-    from distmis.tuning._progress import LiveProgress
+    from distmis.tuning import LiveProgress
 
     config = yaml.safe_load((search / "search.yaml").read_text())
     metric = config.get("search", {}).get("metric", "val_dice")

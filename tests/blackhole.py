@@ -7,6 +7,7 @@ host whose process is stuck or whose disk is full, which a refused connection do
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -81,7 +82,5 @@ class BlackholeProxy:
     def stop(self) -> None:
         self._stop.set()
         for sock in [self._server, *self._held]:
-            try:
+            with contextlib.suppress(OSError):
                 sock.close()
-            except OSError:
-                pass

@@ -32,7 +32,7 @@ class SlurmCluster:
         host = socket.gethostname().split(".")[0]
         for sub in ("state", "log", "munge", "spool"):
             (root / sub).mkdir(parents=True, exist_ok=True)
-        os.chmod(root / "munge", 0o755)
+        (root / "munge").chmod(0o755)
         key = root / "munge" / "munge.key"
         key.write_bytes(secrets.token_bytes(1024))
         key.chmod(0o400)
@@ -106,7 +106,7 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         out = subprocess.run(["sinfo", "-h", "-o", "%t %D"], env=self.env, capture_output=True, text=True)
         return sum(int(line.split()[1]) for line in out.stdout.splitlines() if line.split()[0] == "idle")
 
-    def _wait(self, cond, what: str, timeout: float) -> None:  # noqa: ANN001
+    def _wait(self, cond, what: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if cond():

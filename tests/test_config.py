@@ -22,8 +22,8 @@ space:
 """
 
 
-def write(tmp_path: Path, text: str) -> Path:
-    p = tmp_path / "space.yaml"
+def write(tmp_path: Path, text: str, name: str = "space.yaml") -> Path:
+    p = tmp_path / name
     p.write_text(text)
     return p
 
@@ -112,3 +112,32 @@ def test_short_and_dotted_names() -> None:
 def test_apply_params_validates() -> None:
     with pytest.raises(ValueError, match="groups to divide filters"):
         apply_params(ExperimentConfig(), {"norm": "group", "groups": 3})
+
+
+def test_yaml_merge_keys_merge_and_own_keys_win(tmp_path: Path) -> None:
+    text = "train:\n  <<: {epochs: 3, batch_size_per_replica: 4}\n  epochs: 5\n"
+    cfg = load_config(write(tmp_path, text, name="m2.yaml"))
+    assert cfg.train.epochs == 5 and cfg.train.batch_size_per_replica == 4
+    with pytest.raises(ConfigError, match="duplicate key 'epochs'"):
+        load_config(write(tmp_path, "train:\n  <<: {epochs: 3}\n  epochs: 5\n  epochs: 6\n", name="m3.yaml"))
+
+
+@pytest.mark.parametrize(
+    ("search", "pattern"),
+    [
+        ("{algorithm: optuna, points: [{lr: 0.5}]}", r"search\.points\.0\.lr: 0\.5 is outside its loguniform"),
+        ("{algorithm: random, points: [{beta_2: 0.9}]}", r"not parameters of space"),
+        ("{algorithm: grid, points: [{lr: 1.0e-3}]}", r"a grid runs its own points"),
+    ],
+)
+def test_starting_points_must_be_ones_the_sampler_could_propose(tmp_path: Path, search: str, pattern: str) -> None:
+    path = write(tmp_path, f"search: {search}\nspace:\n  lr: {{loguniform: [1.0e-4, 1.0e-2]}}\n")
+    with pytest.raises(ConfigError, match=pattern):
+        load_config(path, require_space=True)
+
+
+def test_starting_points_are_accepted_for_the_samplers(tmp_path: Path) -> None:
+    path = write(
+        tmp_path, "search: {algorithm: optuna, points: [{lr: 5.0e-3}]}\nspace:\n  lr: {loguniform: [1.0e-4, 1.0e-2]}\n"
+    )
+    assert load_config(path, require_space=True).search.points == [{"lr": 5.0e-3}]

@@ -48,28 +48,28 @@ def test_overwrite_replaces_only_what_distmis_wrote(tmp_path: Path) -> None:
     with atomic_directory(out, command="test") as tmp:
         (tmp / "a.txt").write_text("first")
     assert json.loads((out / MARKER).read_text())["written_by"] == "distmis test"
-    with pytest.raises(OutputError, match="already exists; pass --overwrite"):
-        with atomic_directory(out, command="test"):
-            pass
+    with pytest.raises(OutputError, match="already exists; pass --overwrite"), atomic_directory(out, command="test"):
+        pass
     with atomic_directory(out, command="test", overwrite=True) as tmp:
         (tmp / "b.txt").write_text("second")
     assert sorted(p.name for p in out.iterdir()) == [MARKER, "b.txt"]
     users = tmp_path / "users"
     users.mkdir()
     (users / "scan.nii.gz").write_bytes(b"precious")
-    with pytest.raises(OutputError, match="was not written by distmis"):
-        with atomic_directory(users, command="test", overwrite=True):
-            pass
+    with (
+        pytest.raises(OutputError, match="was not written by distmis"),
+        atomic_directory(users, command="test", overwrite=True),
+    ):
+        pass
     assert (users / "scan.nii.gz").read_bytes() == b"precious"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".distmis-tmp")]  # nothing left over
 
 
 def test_a_failure_leaves_neither_output_nor_temporary_nor_parents(tmp_path: Path) -> None:
     out = tmp_path / "new" / "deeper" / "out"
-    with pytest.raises(RuntimeError):
-        with atomic_directory(out, command="test") as tmp:
-            (tmp / "half.txt").write_text("half")
-            raise RuntimeError("bad input found late")
+    with pytest.raises(RuntimeError), atomic_directory(out, command="test") as tmp:
+        (tmp / "half.txt").write_text("half")
+        raise RuntimeError("bad input found late")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -94,7 +94,7 @@ def test_modes_follow_the_umask_and_secrets_are_private(tmp_path: Path) -> None:
         write_secret(tmp_path / "token", "s3cret")
     finally:
         os.umask(previous)
-    mode = lambda p: stat.S_IMODE(p.stat().st_mode)  # noqa: E731
+    mode = lambda p: stat.S_IMODE(p.stat().st_mode)
     assert mode(tmp_path / "shared") == 0o750
     assert mode(tmp_path / "shared" / MARKER) == 0o640
     assert mode(tmp_path / "table.csv") == 0o640

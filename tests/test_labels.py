@@ -75,7 +75,7 @@ def test_multiclass_model_scored_per_region_from_its_labels() -> None:
 
     truth_labels = np.array([[[[0, 1, 2, 3]]]])  # (1, 1, 1, 4)
     pred_labels = np.array([[[[0, 1, 3, 3]]]])  # 2 mistaken for 3
-    one_hot = lambda a: tf.one_hot(a, 4)  # noqa: E731
+    one_hot = lambda a: tf.one_hot(a, 4)
     probs = tf.one_hot(pred_labels, 4) * 0.9 + 0.025
     dice, _ = class_scores(
         one_hot(truth_labels), probs, exclusive=True, regions=[list(v) for v in MSD_TASK01_REGIONS.values()]

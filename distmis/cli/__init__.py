@@ -39,6 +39,7 @@ COMMANDS = {
     "train": "train one configuration (no search)",
     "tune": "run a hyperparameter search from a search-space YAML",
     "compare": "experiment vs data vs hybrid parallelism: same configurations, same resources, side by side",
+    "finalize": "cross-validate a search's best configurations and write RUN/final/, an ensemble of fold models",
     "predict": "segment raw NIfTI scans with a trained model (sliding window, source geometry out)",
     "evaluate": "score a model on held-out raw cases: Dice, IoU, HD95 (mm), sensitivity, specificity",
     "validate": "check a configuration / search-space file without running it",
@@ -82,7 +83,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args._module.run(args) or 0)
     except DistmisError as exc:
-        print(f"distmis: error: {exc}", file=sys.stderr)
+        from distmis.redact import redact
+
+        print(f"distmis: error: {redact(str(exc))}", file=sys.stderr)  # a URI in a message keeps no password
         return 2
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.split(".")[0] in ("tensorflow", "keras"):
@@ -96,6 +99,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("distmis: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:
+        from distmis.files import disk_failure
+
+        failure = disk_failure(exc)
+        if failure is None:
+            raise
+        print(f"distmis: error: {failure}", file=sys.stderr)
+        return 2
 
 
 def entrypoint() -> None:

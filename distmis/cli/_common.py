@@ -97,6 +97,18 @@ def regions_option(text: str) -> dict[str, list[int]]:
     return regions
 
 
+def normalization_option(text: str) -> str | list[str]:
+    """``auto``, ``zscore``, ``ct`` or ``none``, or a comma-separated list with one per channel."""
+    schemes = ("auto", "zscore", "ct", "none")
+    parts = [p.strip() for p in text.split(",")]
+    bad = [p for p in parts if p not in schemes]
+    if bad or not parts:
+        raise argparse.ArgumentTypeError(
+            f"expected one of {', '.join(schemes)}, or a comma-separated list with one per channel; got {text!r}"
+        )
+    return parts[0] if len(parts) == 1 else parts
+
+
 def overlap_fraction(text: str) -> float:
     """A fraction in [0, 1) (sliding-window overlap)."""
     try:
@@ -139,6 +151,47 @@ def nonnegative_float(text: str) -> float:
     if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
     return value
+
+
+class ConfigKeysHelp(argparse.HelpFormatter):
+    """``--help`` that ends with every configuration key, its values and default (drawn from the
+    validated models; imported only when help is shown, not on every command)."""
+
+    def format_help(self) -> str:
+        from distmis.config import config_reference
+
+        keys = "\n".join(config_reference())
+        return f"{super().format_help()}\nconfiguration file keys (values, default):\n{keys}\n"
+
+
+def add_renamed_option(
+    parser: argparse.ArgumentParser, old: str, new: str, *, type: Callable[[str], object], help: str
+) -> None:
+    """``new`` with ``old`` still accepted (hidden from ``--help``) for one release, with a deprecation line.
+
+    ``--workers`` meant processes, Ray actors or worker slots depending on the command; it keeps
+    its Ray meaning (``predict``, ``evaluate``) and the others got names that say what they are.
+    """
+    dest = new.lstrip("-").replace("-", "_")
+    command = parser.prog
+
+    class Renamed(argparse.Action):
+        def __call__(
+            self,
+            parser: argparse.ArgumentParser,
+            namespace: argparse.Namespace,
+            values: object,
+            option: str | None = None,
+        ) -> None:
+            import sys
+
+            print(
+                f"distmis: warning: {command} {old} is renamed {new}; {old} goes in the next release", file=sys.stderr
+            )
+            setattr(namespace, dest, values)
+
+    parser.add_argument(new, type=type, default=None, dest=dest, help=help)
+    parser.add_argument(old, type=type, dest=dest, action=Renamed, help=argparse.SUPPRESS)
 
 
 @contextlib.contextmanager

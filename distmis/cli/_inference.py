@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from distmis.inference import PredictOptions
 
 from distmis.cli._common import nonnegative_float, overlap_fraction, positive_float, positive_int, shape3
 
@@ -28,6 +32,14 @@ def add_window_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--batch", type=positive_int, default=2, help="cubes per forward pass; bounds accelerator memory (default 2)"
     )
+    g.add_argument(
+        "--tta",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="test-time augmentation: predict every cube under the 8 mirrorings of its axes and average "
+        "(nnU-Net's mirroring); about 8x the network time, which is printed (default: the model's choice: "
+        "on for a finalize's final/, off for best/)",
+    )
     r = p.add_argument_group("parallel cases (Ray)")
     r.add_argument(
         "--workers",
@@ -46,10 +58,29 @@ def add_window_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--address", default=None, help="Ray cluster address (default: $RAY_ADDRESS, else no Ray)")
 
 
-def window_options(args: argparse.Namespace):  # noqa: ANN201
+def window_options(args: argparse.Namespace) -> PredictOptions:
     from distmis.inference import PredictOptions
 
-    return PredictOptions(patch=args.patch, overlap=args.overlap, blend=args.blend, batch_size=args.batch)
+    return PredictOptions(patch=args.patch, overlap=args.overlap, blend=args.blend, batch_size=args.batch, tta=args.tta)
+
+
+def print_network_time(outcomes: list, tta: bool | None) -> None:
+    """What the network took of the prediction time, and what its passes per cube (test-time
+    mirroring, ensemble members) cost in it."""
+    done = [o for o in outcomes if o.ok]
+    if not done:
+        return
+    network = sum(o.network_seconds for o in done)
+    total = sum(o.seconds for o in done)
+    passes = max(o.passes for o in done)
+    if passes > 1:
+        one = network / passes
+        print(
+            f"{passes} network passes per cube (mirroring x ensemble members); network {network:.1f} s of "
+            f"{total:.1f} s predicting (one pass: about {one:.1f} s of {total - network + one:.1f} s)"
+        )
+    else:
+        print(f"network {network:.1f} s of {total:.1f} s predicting (--tta: about 8x the network time)")
 
 
 def report_failures(failed: list, what: str) -> int:

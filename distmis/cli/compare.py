@@ -8,7 +8,14 @@ from __future__ import annotations
 
 import argparse
 
-from distmis.cli._common import finite_float, nonnegative_float, nonnegative_int, positive_float, positive_int
+from distmis.cli._common import (
+    add_renamed_option,
+    finite_float,
+    nonnegative_float,
+    nonnegative_int,
+    positive_float,
+    positive_int,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -21,10 +28,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--budget", type=positive_int, default=None, help="configurations per mode (default search.num_samples)"
     )
-    p.add_argument(
+    add_renamed_option(
+        p,
         "--workers",
+        "--slots",
         type=positive_int,
-        default=None,
         help="k worker slots every mode gets (default: CPUs of the cluster or machine / --cpus-per-worker)",
     )
     p.add_argument(
@@ -73,14 +81,13 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from distmis.compare import run_compare
-    from distmis.compare._report import COLUMNS, table_rows
+    from distmis.compare import COLUMNS, run_compare, table_rows
 
     result = run_compare(
         args.space,
         modes=[m.strip() for m in args.modes.split(",") if m.strip()],
         budget=args.budget,
-        slots=args.workers,
+        slots=args.slots,
         cpus_per_worker=args.cpus_per_worker,
         gpus_per_worker=args.gpus_per_worker,
         hybrid_workers=args.hybrid_workers,

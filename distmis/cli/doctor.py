@@ -1,6 +1,6 @@
 """Check this node for what breaks distributed runs, and print what was checked.
 
-Ports (can a free port be bound on the node address), Ray's temp/socket path length
+Ports (can a free port be bound on the node address), Ray's temp dir and socket path length
 (AF_UNIX paths must stay under 107 bytes), GPUs visible to TensorFlow, the TensorFlow/Keras
 pairing, the Ray auth token file's mode, and the Ray and SLURM versions.
 """
@@ -22,6 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from distmis.redact import redact_uri
     from distmis.tensorflow_env import onednn_enabled
     from distmis.training import configure_tensorflow
 
@@ -37,10 +38,23 @@ def run(args: argparse.Namespace) -> int:
             check("ports", True, f"a free port can be bound on {args.host} ({s.getsockname()[1]})")
     except OSError as exc:
         check("ports", False, f"cannot bind on {args.host}: {exc}")
-    sample = (
-        Path(args.temp_dir) / "dm-1234567-0" / "session_2026-01-01_00-00-00_000000_12345" / "sockets" / "plasma_store"
-    )
+    temp = Path(args.temp_dir)
+    if not temp.is_dir():
+        check("temp dir", False, f"{temp} does not exist (Ray's temp dir goes below it: create it or pick another)")
+    elif not os.access(temp, os.W_OK | os.X_OK):
+        check("temp dir", False, f"{temp} is not writable by you (Ray's temp dir goes below it)")
+    else:
+        check("temp dir", True, f"{temp} exists and is writable")
+    sample = temp / "dm-1234567-0" / "session_2026-01-01_00-00-00_000000_12345" / "sockets" / "plasma_store"
     check("temp path length", len(str(sample)) < 107, f"{len(str(sample))} bytes for Ray's longest socket path (< 107)")
+    store = os.environ.get("MLFLOW_TRACKING_URI")
+    check(
+        "MLflow tracking store",
+        True,
+        f"{redact_uri(store)} (MLFLOW_TRACKING_URI)"
+        if store
+        else "MLFLOW_TRACKING_URI unset: each search uses the SQLite store beside its --out (runs/mlflow.db)",
+    )
 
     configure_tensorflow(None)
     import keras

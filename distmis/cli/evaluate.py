@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from distmis.cli._inference import add_window_arguments, report_failures, window_options
+from distmis.cli._inference import add_window_arguments, print_network_time, report_failures, window_options
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -66,11 +66,13 @@ def run(args: argparse.Namespace) -> int:
     table.add_column("mean", justify="right")
     table.add_column("median", justify="right")
     table.add_column("undefined", justify="right")
-    for metric in METRICS:
+    per_mask = [m for m in result.summary["metrics"] if m.startswith(("dice_", "hd95_mm_"))]  # per class / region
+    for metric in [*METRICS, *per_mask]:
         s = result.summary["metrics"][metric]
         fmt = lambda v: "-" if math.isnan(v) else f"{v:.4f}"
         table.add_row(metric, fmt(s["mean"]), fmt(s["median"]), str(s["undefined"]))
     Console().print(table)
+    print_network_time(result.outcomes, args.tta)
     print(f"results: {result.out} (metrics.csv, summary.json, cases.png, predictions/)")
     if result.mlflow_run_id:
         print(f"MLflow: run {result.mlflow_run_id} (nested under the search's parent run)")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from distmis.cli._common import positive_float, positive_int
+from distmis.cli._common import add_renamed_option, positive_float, positive_int
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -25,12 +25,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--depth", type=positive_int, default=3, help="U-Net depth the suggestion assumes (default 3)")
     p.add_argument("--filters", type=positive_int, default=8, help="U-Net base filters the suggestion assumes")
     p.add_argument("--batch", type=positive_int, default=2, help="batch per replica the suggestion assumes")
-    p.add_argument("--workers", type=positive_int, default=None, help="parallel processes (default: all cores)")
+    add_renamed_option(p, "--workers", "--processes", type=positive_int, help="parallel processes (default: all cores)")
 
 
 def run(args: argparse.Namespace) -> int:
     from distmis.cli._common import progress
-    from distmis.data._inspect import fingerprint, overview_png
+    from distmis.data import fingerprint, overview_png
     from distmis.files import atomic_directory, check_output, check_replaceable, write_json_atomic
 
     src = Path(args.src)
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
             depth=args.depth,
             filters=args.filters,
             batch=args.batch,
-            workers=args.workers,
+            workers=args.processes,
             progress=update,
         )
     with atomic_directory(out, command="inspect", overwrite=args.overwrite, option="--out") as tmp:
@@ -55,6 +55,15 @@ def run(args: argparse.Namespace) -> int:
         f"{fp['dataset']}: {fp['cases']} cases, median shape {fp['median_shape']}, median spacing "
         f"{[round(v, 3) for v in fp['median_spacing_mm']]} mm, orientation {', '.join(fp['orientations'])}"
     )
+    for modality, scheme in fp["normalization"].items():
+        row = fp["intensity_foreground"][modality]
+        how = (
+            f"ct: clipped to {row['p00_5']:.4g}..{row['p99_5']:.4g}, z-scored with mean {row['mean']:.4g}, std "
+            f"{row['std']:.4g} (foreground; prepare takes them from the training split)"
+            if scheme == "ct"
+            else "zscore per case over non-zero voxels"
+        )
+        print(f"  channel {modality}: {how} (override: distmis prepare --normalization)")
     for name, row in fp["labels"].items():
         print(
             f"  label {name} {row['name']}: {100 * row['voxel_fraction']:.2f}% of voxels, in "

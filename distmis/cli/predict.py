@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from distmis.cli._inference import add_window_arguments, report_failures, window_options
+from distmis.cli._inference import add_window_arguments, print_network_time, report_failures, window_options
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -65,4 +65,5 @@ def run(args: argparse.Namespace) -> int:
         if marker_info(out) is None and not any(p.name.startswith(".distmis") for p in [out]):
             write_marker(out, "predict")
     print(f"{ok} of {len(outcomes)} case(s) written")
+    print_network_time(outcomes, args.tta)
     return report_failures([o for o in outcomes if not o.ok], "segmentations")

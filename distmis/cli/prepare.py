@@ -9,7 +9,16 @@ from __future__ import annotations
 
 import argparse
 
-from distmis.cli._common import fractions3, nonnegative_int, positive_int, progress, regions_option, shape3
+from distmis.cli._common import (
+    add_renamed_option,
+    fractions3,
+    nonnegative_int,
+    normalization_option,
+    positive_int,
+    progress,
+    regions_option,
+    shape3,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -32,7 +41,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--split", type=fractions3, default=(0.7, 0.15, 0.15), help="train,val,test fractions")
     p.add_argument("--shards", type=positive_int, default=4, help="TFRecord shards per split (default 4)")
     p.add_argument("--seed", type=nonnegative_int, default=0, help="split seed")
-    p.add_argument("--workers", type=positive_int, default=None, help="parallel processes (default: all cores)")
+    add_renamed_option(p, "--workers", "--processes", type=positive_int, help="parallel processes (default: all cores)")
+    p.add_argument(
+        "--normalization",
+        type=normalization_option,
+        default="auto",
+        help="per channel: auto (default: CT clipped to the training foreground's 0.5-99.5 percentiles and "
+        "z-scored with its mean and std, every other modality z-scored per case), zscore, ct or none; "
+        "one for all channels or a comma-separated list, one per channel",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing OUT (only one distmis wrote)")
 
 
@@ -49,11 +66,16 @@ def run(args: argparse.Namespace) -> int:
             split=args.split,
             shards=args.shards,
             seed=args.seed,
-            workers=args.workers,
+            workers=args.processes,
             overwrite=args.overwrite,
             progress=update,
             regions=args.regions,
+            normalization=args.normalization,
         )
+    from distmis.data import describe_normalisation
+
     counts = ", ".join(f"{k} {v['num_cases']}" for k, v in manifest["splits"].items())
     print(f"prepared {manifest['source']['name']} -> {args.out} ({counts}; shape {manifest['shape']})")
+    for line in describe_normalisation(manifest["preprocessing"]["channel_normalisation"], manifest["modalities"]):
+        print(f"  normalisation {line}")
     return 0

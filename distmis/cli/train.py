@@ -10,6 +10,9 @@ from distmis.cli._common import positive_int
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from distmis.cli._common import ConfigKeysHelp
+
+    p.formatter_class = ConfigKeysHelp
     p.add_argument("config", help="configuration YAML (sections name, data, train, model, optimizer)")
     p.add_argument("--out", default=None, help="run directory (default runs/<name>-train)")
     p.add_argument("--resume", action="store_true", help="continue from the run directory's last checkpoint")
@@ -17,11 +20,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import contextlib
-
     from distmis.config import load_config
     from distmis.exceptions import TrainingError
-    from distmis.files import check_output, owned_output_directory
+    from distmis.files import OutputClaim, check_output
     from distmis.preflight import preflight
     from distmis.training import CHECKPOINT_DIR, configure_tensorflow
 
@@ -45,20 +46,20 @@ def run(args: argparse.Namespace) -> int:
     from distmis.data import resolve_prepared
     from distmis.training import RunSession, format_epoch
 
-    setup = contextlib.nullcontext(out) if args.resume else owned_output_directory(out, command="train", option="--out")
-    with setup:  # bad data found while preparing it, or a checkpoint that does not fit: nothing left behind
-        prepared = resolve_prepared(config.data, base_dir=base_dir)
-        print(f"data: {prepared}")
-        session = RunSession(
-            config,
-            prepared,
-            out,
-            resume_from=checkpoint if args.resume else None,
-            metric=config.search.metric,
-            mode=config.search.mode,
-        )
-    while not session.done:
-        print(format_epoch(session.step(), config.train.epochs), flush=True)
+    with OutputClaim(out, command="train", option="--out", new=not args.resume) as claim:
+        with claim.setting_up():  # bad data found while preparing it, or a checkpoint that does not fit
+            prepared = resolve_prepared(config.data, base_dir=base_dir)
+            print(f"data: {prepared}")
+            session = RunSession(
+                config,
+                prepared,
+                out,
+                resume_from=checkpoint if args.resume else None,
+                metric=config.search.metric,
+                mode=config.search.mode,
+            )
+        while not session.done:
+            print(format_epoch(session.step(), config.train.epochs), flush=True)
     if session.best:
         print(
             f"best epoch {int(session.best['epoch'])}: {config.search.metric} {session.best[config.search.metric]:.4f}"

@@ -8,6 +8,9 @@ from distmis.cli._common import positive_int
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from distmis.cli._common import ConfigKeysHelp
+
+    p.formatter_class = ConfigKeysHelp
     p.add_argument("space", help="search-space YAML")
     p.add_argument("--out", default=None, help="experiment directory (default runs/<name>)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted search in --out")
@@ -30,8 +33,7 @@ def run(args: argparse.Namespace) -> int:
     import signal
 
     from distmis.config import load_config
-    from distmis.tuning import run_search
-    from distmis.tuning._keys import STOP_REQUESTED
+    from distmis.tuning import STOP_REQUESTED, run_search
 
     # the wall-time warning (SIGUSR1, forwarded by the SLURM job script) may come before Tune runs;
     # while Tune runs, its own handler checkpoints and stops the search

@@ -17,6 +17,7 @@ from pathlib import Path
 from string import Template
 
 from distmis.exceptions import ClusterError
+from distmis.redact import has_credentials, redact
 
 _JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _PARTITION = re.compile(r"^[A-Za-z0-9._-]+(,[A-Za-z0-9._-]+)*$")
@@ -151,6 +152,13 @@ def render_sbatch(command: list[str], options: JobOptions) -> str:
     for i, arg in enumerate(command):
         if "\0" in arg:
             raise ClusterError(f"command argument {i + 1}: contains a NUL byte")
+        if has_credentials(arg):
+            raise ClusterError(
+                f"command argument {i + 1} ({redact(arg)}) carries credentials in a URI: a job script keeps its "
+                "command in plain text, and SLURM stores it; give the address without them and the secret "
+                "through the environment, which sbatch passes on (MLFLOW_TRACKING_USERNAME and "
+                "MLFLOW_TRACKING_PASSWORD for an MLflow server, PGPASSWORD or ~/.pgpass for PostgreSQL)"
+            )
     activate = (
         f"source {shlex.quote(str(Path(options.venv) / 'bin' / 'activate'))}"
         if options.venv

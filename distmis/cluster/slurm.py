@@ -44,6 +44,7 @@ from distmis.cluster.ports import PortBlock, claim_block, ray_start_arguments, r
 from distmis.cluster.processes import stop_process_group
 from distmis.exceptions import ClusterError
 from distmis.files import write_json_atomic, write_secret
+from distmis.redact import redact_argv
 
 PORTS_FILE = "ray-ports.json"
 TOKEN_FILE = "ray-auth-token"
@@ -204,7 +205,6 @@ class Bootstrap:
 
     def _start_ray(self, args: list[str]) -> None:
         self.temp_dir.mkdir(parents=True, exist_ok=True)
-        logf = open(self.job_dir / f"ray-{self.nodename}.log", "a")
         cmd = [
             ray_bin(),
             "start",
@@ -217,9 +217,10 @@ class Bootstrap:
             *args,
         ]
         log(f"starting Ray: {' '.join(cmd)}")
-        self.ray_proc = subprocess.Popen(
-            cmd, env=self.env, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True
-        )
+        with open(self.job_dir / f"ray-{self.nodename}.log", "a") as logf:  # the child keeps its own descriptor
+            self.ray_proc = subprocess.Popen(
+                cmd, env=self.env, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True
+            )
 
     def _node_record(self) -> dict[str, Any]:
         assert self.block is not None
@@ -302,7 +303,7 @@ class Bootstrap:
         log(f"Ray cluster up: {len(self.nodes)} nodes, {address}; see {self.job_dir / CLUSTER_FILE}")
         if not command:
             return 0
-        log(f"running: {' '.join(command)}")
+        log(f"running: {' '.join(redact_argv(command))}")
         self.child = subprocess.Popen(command, env={**self.env, "RAY_ADDRESS": address})
         stop_file = self.job_dir / STOP_FILE
         while self.child.poll() is None:

@@ -10,10 +10,19 @@ from distmis.compare._records import (
     load_mode_dir,
     load_modes_from_mlflow,
 )
-from distmis.compare._report import make_plots, plot_best_so_far, plot_speedup, plot_timeline, write_reports
+from distmis.compare._report import (
+    COLUMNS,
+    make_plots,
+    plot_best_so_far,
+    plot_speedup,
+    plot_timeline,
+    table_rows,
+    write_reports,
+)
 from distmis.compare._run import CompareResult, run_compare
 
 __all__ = [
+    "COLUMNS",
     "MODES",
     "CompareResult",
     "EpochPoint",
@@ -37,5 +46,6 @@ __all__ = [
     "plot_timeline",
     "run_compare",
     "same_configurations",
+    "table_rows",
     "write_reports",
 ]

@@ -57,7 +57,7 @@ class ModePlan:
 
 def fixed_points(config: ExperimentConfig, budget: int) -> list[dict[str, Any]]:
     """The ``budget`` configurations every mode runs (see the module docstring)."""
-    from distmis.tuning.space import decode_params, define_by_run, grid_points
+    from distmis.space import decode_params, define_by_run, grid_points
 
     if not config.space:
         raise ConfigError("space: the search space is empty; distmis compare needs parameters to search")

@@ -15,11 +15,13 @@ from typing import Any
 
 import yaml
 
+from distmis.metrics import VAL_DICE
+
 
 @dataclass
 class EpochPoint:
     time: float  # Unix seconds at the end of the epoch
-    value: float  # the search metric (val_dice)
+    value: float  # the search metric
     samples: float  # training samples processed in the epoch (all workers)
 
 
@@ -181,7 +183,7 @@ def load_modes_from_mlflow(client: Any, compare_run_id: str) -> dict[str, ModeRe
             if "distmis.trial_id" not in tags:
                 continue
             first_params = first_params or child.data.params
-            values = _history(client, child.info.run_id, p.get("search.metric", "val_dice"))
+            values = _history(client, child.info.run_id, p.get("search.metric", VAL_DICE))
             sps = _history(client, child.info.run_id, "samples_per_second")
             secs = _history(client, child.info.run_id, "train_seconds")
             epochs = [
@@ -219,7 +221,7 @@ def load_modes_from_mlflow(client: Any, compare_run_id: str) -> dict[str, ModeRe
             gpus_per_worker=float(p.get("parallelism.gpus_per_worker", 0)),
             started_at=float(m.get("started_at", run.info.start_time / 1000.0)),
             wall_seconds=float(m.get("wall_seconds", 0.0)),
-            metric=p.get("search.metric", "val_dice"),
+            metric=p.get("search.metric", VAL_DICE),
             batch_size_per_replica=int(first_params.get("train.batch_size_per_replica", 2)),
             lr_scaling=first_params.get("train.lr_scaling", "none"),
             steps_per_epoch=None if steps in (None, "None") else int(steps),

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import base64
-import html
 import math
 from pathlib import Path
 from typing import Any
 
 from distmis.compare._analysis import BASELINE, ModeStats, best_so_far, config_key, trial_phase
 from distmis.compare._records import ModeRecord
+from distmis.metrics import VAL_DICE
 
 COLORS = {
     "baseline": "#7f7f7f",
@@ -44,7 +43,7 @@ def plot_best_so_far(modes: dict[str, ModeRecord], target: float | None, path: P
     """Best-so-far metric against wall time since each mode started."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 5.0))
-    metric = next(iter(modes.values())).metric if modes else "val_dice"
+    metric = next(iter(modes.values())).metric if modes else VAL_DICE
     for name, mode in modes.items():
         curve = best_so_far(mode)
         if curve:
@@ -283,7 +282,7 @@ def write_reports(
     info: dict[str, Any],
     plots: list[Path],
 ) -> tuple[Path, Path]:
-    from distmis.files import write_text_atomic
+    from distmis.reports import write_report
 
     rows = table_rows(stats)
     scaling = {s.mode: f"{s.scaling} scaling, global batch {s.global_batch}, lr scaling {s.lr_scaling}" for s in stats}
@@ -315,45 +314,12 @@ def write_reports(
         "one pass over the training cases, so more workers take fewer, larger steps; weak scaling: fixed "
         "steps_per_epoch, so more workers process more samples per epoch.",
     ]
-    md = [
-        f"# distmis compare: {name}",
-        "",
-        *[f"- {headline(s, metric, target)}" for s in stats],
-        "",
-        "| " + " | ".join(COLUMNS) + " |",
-        "|" + "---|" * len(COLUMNS),
-    ]
-    md += ["| " + " | ".join(r) + " |" for r in rows]
-    md += ["", *[f"- {n}" for n in notes], ""]
-    md += [f"![{p.stem}](plots/{p.name})" for p in plots]
-    md_path = out / "report.md"
-    write_text_atomic(md_path, "\n".join(md) + "\n")
-
-    def img(p: Path) -> str:
-        data = base64.b64encode(p.read_bytes()).decode()
-        return (
-            f'<figure><img alt="{p.stem}" src="data:image/png;base64,{data}"><figcaption>{p.stem}</figcaption></figure>'
-        )
-
-    esc = html.escape
-    table = (
-        "<table><tr>"
-        + "".join(f"<th>{esc(c)}</th>" for c in COLUMNS)
-        + "</tr>"
-        + "".join("<tr>" + "".join(f"<td>{esc(v)}</td>" for v in r) + "</tr>" for r in rows)
-        + "</table>"
+    return write_report(
+        out,
+        title=f"distmis compare: {name}",
+        headlines=[headline(s, metric, target) for s in stats],
+        columns=COLUMNS,
+        rows=rows,
+        notes=notes,
+        plots=plots,
     )
-    headlines = "".join(f"<li>{esc(headline(s, metric, target)).replace('**', '')}</li>" for s in stats)
-    note_items = "".join(f"<li>{esc(n)}</li>" for n in notes)
-    images = "".join(img(p) for p in plots)
-    doc = f"""<!doctype html><html><head><meta charset="utf-8"><title>distmis compare: {esc(name)}</title>
-<style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}table{{border-collapse:collapse;font-size:13px}}
-td,th{{border:1px solid #ccc;padding:4px 6px;text-align:right}}th{{background:#f3f3f3}}img{{max-width:100%}}</style>
-</head><body><h1>distmis compare: {esc(name)}</h1>
-<ul>{headlines}</ul>
-{table}<ul>{note_items}</ul>
-{images}</body></html>
-"""
-    html_path = out / "report.html"
-    write_text_atomic(html_path, doc)
-    return md_path, html_path

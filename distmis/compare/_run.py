@@ -18,7 +18,6 @@ interrupted one.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import json
@@ -39,10 +38,13 @@ from distmis.compare._records import ModeRecord, load_mode_dir
 from distmis.compare._report import make_plots, write_reports
 from distmis.config import ExperimentConfig, load_config
 from distmis.exceptions import TrackingError, TuningError
-from distmis.files import check_output, owned_output_directory, write_json_atomic, write_text_atomic
+from distmis.files import OutputClaim, check_output, write_json_atomic, write_text_atomic
 from distmis.preflight import preflight
+from distmis.redact import redact, redact_uri
 from distmis.tensorflow_env import tensorflow_env
-from distmis.tracking import redact_uri
+from distmis.tracking import START_SECONDS
+from distmis.tuning import check_resume_config
+from distmis.waits import call_within
 
 PLAN_FILE = "compare.json"
 
@@ -62,7 +64,7 @@ def default_slots(cpus_per_worker: float, address: str | None) -> int:
     if address or os.environ.get("RAY_ADDRESS"):
         import ray
 
-        from distmis.tuning._ray import init_ray
+        from distmis.raysession import init_ray
 
         cpus = init_ray(address).get("CPU", 1.0)
         ray.shutdown()
@@ -102,16 +104,18 @@ class _CompareTracking:
     def __init__(self, uri: str, experiment: str) -> None:
         from distmis.tracking import experiment_id, mlflow_client
 
+        self.uri_with_credentials = uri  # given to the modes' searches, never written or printed
+
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
         self.uri, self.experiment = uri, experiment
         self.client = mlflow_client(uri)
         try:
-            self.experiment_id = experiment_id(self.client, uri, experiment)
-        except Exception as exc:  # noqa: BLE001
+            self.experiment_id = call_within(START_SECONDS, lambda: experiment_id(self.client, uri, experiment))
+        except Exception as exc:  # noqa: BLE001 - down, hanging, refusing, or a wrong URI
             raise TrackingError(
                 f"MLflow tracking store {redact_uri(uri)} is unreachable or unusable: {type(exc).__name__}: "
-                f"{str(exc).splitlines()[0][:300]}"
+                f"{redact(str(exc).splitlines()[0][:300])}"
             ) from None
 
     def start(self, name: str, params: dict[str, Any], run_id: str | None) -> str:
@@ -167,80 +171,180 @@ def _stats_csv(stats: list[ModeStats]) -> str:
     return buf.getvalue()
 
 
-def _start(
-    config: ExperimentConfig,
-    space_file: Path,
-    out: Path,
-    plan_data: dict[str, Any],
-    plans: list[ModePlan],
+@dataclass
+class ComparePlan:
+    """A comparison to run: the search-space file, the fixed configurations, the slots and modes.
+
+    A new comparison makes it from the options; ``--resume`` reads it back from ``compare.json``,
+    so a resumed comparison runs exactly what the interrupted one planned.
+    """
+
+    config: ExperimentConfig
+    space_file: Path
+    out: Path
+    modes: list[str]
+    points: list[dict[str, Any]]
+    slots: int
+    cpus: float
+    gpus: float
+    hybrid_workers: int | None
+    baseline_trials: int
+    target: float | None
+    lr_scaling: str
+    resume: bool
+    recorded: dict[str, Any] = field(default_factory=dict)  # compare.json of a resumed comparison
+
+    @property
+    def base_dir(self) -> Path:
+        return self.space_file.resolve().parent
+
+    @property
+    def mode_plans(self) -> list[ModePlan]:
+        return plan_modes(
+            self.modes,
+            workers=self.slots,
+            points=self.points,
+            hybrid_workers=self.hybrid_workers,
+            baseline_trials=min(self.baseline_trials, len(self.points)),
+            lr_scaling=self.lr_scaling,
+        )
+
+    def mode_config(self, plan: ModePlan, *, tracking_uri: str, experiment: str, parent: str | None) -> dict:
+        return mode_config(
+            self.config,
+            plan,
+            cpus_per_worker=self.cpus,
+            gpus_per_worker=self.gpus,
+            tracking_uri=tracking_uri,
+            experiment=experiment,
+            parent_run_id=parent,
+            base_dir=self.base_dir,
+        )
+
+    def as_json(self, mlflow: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "name": self.config.name,
+            "space_file": str(self.space_file.resolve()),
+            "modes": self.modes,
+            "slots": self.slots,
+            "cpus_per_worker": self.cpus,
+            "gpus_per_worker": self.gpus,
+            "hybrid_workers": self.hybrid_workers,
+            "baseline_trials": self.baseline_trials,
+            "target": self.target,
+            "points": self.points,
+            "lr_scaling": self.lr_scaling,
+            "plans": [
+                {
+                    "name": p.name,
+                    "trials_at_once": p.concurrent_trials,
+                    "workers_per_trial": p.workers_per_trial,
+                    "configurations": len(p.points),
+                }
+                for p in self.mode_plans
+            ],
+            "mlflow": mlflow,
+        }
+
+
+def plan_comparison(
+    space_file: str | Path,
+    *,
     modes: list[str],
-    points: list[dict[str, Any]],
-    slots: int,
-    cpus: float,
-    gpus: float,
+    budget: int | None,
+    slots: int | None,
+    cpus_per_worker: float | None,
+    gpus_per_worker: float | None,
     hybrid_workers: int | None,
     baseline_trials: int,
     target: float | None,
-    tracking_uri: str | None,
+    out: str | Path | None,
+    resume: bool,
+    address: str | None,
     lr_scaling: str,
-) -> tuple[_CompareTracking, str, dict[str, Any], str, str]:
+) -> ComparePlan:
+    """The comparison's plan: new from the options, or read back from ``compare.json`` on ``--resume``.
+
+    Raises:
+        TuningError: an existing comparison without ``resume``, nothing to resume.
+    """
+    space_file = Path(space_file)
+    config: ExperimentConfig = load_config(space_file, require_space=True)
+    out_dir = Path(out or Path("runs") / f"compare-{config.name}").resolve()
+    plan_path = out_dir / PLAN_FILE
+    if plan_path.exists() and not resume:
+        raise TuningError(
+            f"{out_dir}: a comparison already exists here; pass --resume to finish it or choose another --out"
+        )
+    if resume and not plan_path.exists():
+        raise TuningError(f"{out_dir}: no comparison to resume here (no {PLAN_FILE})")
+    if resume:
+        d = json.loads(plan_path.read_text(encoding="utf-8"))
+        return ComparePlan(
+            config, space_file, out_dir, d["modes"], d["points"], d["slots"], d["cpus_per_worker"],
+            d["gpus_per_worker"], d["hybrid_workers"], d["baseline_trials"], d["target"] if target is None else target,
+            d.get("lr_scaling", "none"), resume=True, recorded=d,
+        )  # fmt: skip
+    cpus = cpus_per_worker if cpus_per_worker is not None else config.parallelism.cpus_per_worker
+    gpus = gpus_per_worker if gpus_per_worker is not None else config.parallelism.gpus_per_worker
+    points = fixed_points(config, budget or config.search.num_samples)
+    return ComparePlan(
+        config, space_file, out_dir, modes, points, slots or default_slots(cpus, address), cpus, gpus,
+        hybrid_workers, baseline_trials, target, lr_scaling, resume=False,
+    )  # fmt: skip
+
+
+def check_comparison(plan: ComparePlan) -> None:
+    """Every mode's search checked now, not in a subprocess minutes later; ``--out`` clear of the inputs."""
+    config = plan.config
+    source = None if config.data.source == "synthetic" else plan.base_dir / Path(config.data.source).expanduser()
+    check_output(plan.out, option="--out", inputs={"search-space file": plan.space_file, "data source": source})
+    for mode in plan.mode_plans:
+        data = plan.mode_config(mode, tracking_uri="", experiment="", parent=None)
+        preflight(
+            ExperimentConfig.model_validate(data), path=f"{plan.space_file} ({mode.name} mode)", base_dir=plan.base_dir
+        )
+
+
+def _start(plan: ComparePlan, tracking_uri: str | None) -> tuple[_CompareTracking, str]:
     """Open (or reattach to) the comparison's MLflow run and write the plan (``compare.json``)."""
     from distmis.tracking import reattach_uri, resolve_tracking_uri
 
-    recorded = plan_data.get("mlflow", {}).get("tracking_uri")
+    config, recorded = plan.config, plan.recorded.get("mlflow", {})
     uri = (
-        reattach_uri(recorded, tracking_uri, config.tracking.uri, out)
-        if recorded
-        else resolve_tracking_uri(tracking_uri, config.tracking.uri, out)
+        reattach_uri(recorded["tracking_uri"], tracking_uri, config.tracking.uri, plan.out)
+        if recorded.get("tracking_uri")
+        else resolve_tracking_uri(tracking_uri, config.tracking.uri, plan.out)
     )
-    experiment = plan_data.get("mlflow", {}).get("experiment") or f"{config.tracking.experiment or config.name}-compare"
+    experiment = recorded.get("experiment") or f"{config.tracking.experiment or config.name}-compare"
     tracking = _CompareTracking(uri, experiment)  # fails fast, before anything runs
+    hybrid = next((p.workers_per_trial for p in plan.mode_plans if p.name == "hybrid"), "")
     run_id = tracking.start(
         config.name,
         {
-            "modes": ",".join(modes),
-            "slots": slots,
-            "cpus_per_worker": cpus,
-            "gpus_per_worker": gpus,
-            "budget": len(points),
-            "baseline_trials": min(baseline_trials, len(points)),
-            "hybrid_workers": next((p.workers_per_trial for p in plans if p.name == "hybrid"), ""),
-            "target": "" if target is None else target,
-            "space_file": str(space_file.resolve()),
-            "lr_scaling": lr_scaling,
+            "modes": ",".join(plan.modes),
+            "slots": plan.slots,
+            "cpus_per_worker": plan.cpus,
+            "gpus_per_worker": plan.gpus,
+            "budget": len(plan.points),
+            "baseline_trials": min(plan.baseline_trials, len(plan.points)),
+            "hybrid_workers": hybrid,
+            "target": "" if plan.target is None else plan.target,
+            "space_file": str(plan.space_file.resolve()),
+            "lr_scaling": plan.lr_scaling,
         },
-        plan_data.get("mlflow", {}).get("run_id"),
+        recorded.get("run_id"),
     )
-    plan_data = {
-        "name": config.name,
-        "space_file": str(space_file.resolve()),
-        "modes": modes,
-        "slots": slots,
-        "cpus_per_worker": cpus,
-        "gpus_per_worker": gpus,
-        "hybrid_workers": hybrid_workers,
-        "baseline_trials": baseline_trials,
-        "target": target,
-        "points": points,
-        "lr_scaling": lr_scaling,
-        "plans": [
-            {
-                "name": p.name,
-                "trials_at_once": p.concurrent_trials,
-                "workers_per_trial": p.workers_per_trial,
-                "configurations": len(p.points),
-            }
-            for p in plans
-        ],
-        "mlflow": {"tracking_uri": redact_uri(uri), "experiment": experiment, "run_id": run_id},
-    }
-    write_json_atomic(out / PLAN_FILE, plan_data)
+    mlflow = {"tracking_uri": redact_uri(uri), "experiment": experiment, "run_id": run_id}
+    write_json_atomic(plan.out / PLAN_FILE, plan.as_json(mlflow))
     print(
-        f"distmis compare '{config.name}' -> {out}: {len(points)} configurations, {slots} worker slots of "
-        f"{cpus:g} CPU / {gpus:g} GPU; MLflow {redact_uri(uri)} (experiment '{experiment}', run {run_id})",
+        f"distmis compare '{config.name}' -> {plan.out}: {len(plan.points)} configurations, {plan.slots} worker "
+        f"slots of {plan.cpus:g} CPU / {plan.gpus:g} GPU; MLflow {redact_uri(uri)} (experiment '{experiment}', "
+        f"run {run_id})",
         flush=True,
     )
-    return tracking, run_id, plan_data, uri, experiment
+    tracking.uri_with_credentials = uri
+    return tracking, run_id
 
 
 def run_compare(
@@ -266,149 +370,101 @@ def run_compare(
         ConfigError: a bad space file or mode plan. TuningError: an existing comparison without
         ``resume``. TrackingError: MLflow unreachable at start (before anything runs).
     """
-    space_file = Path(space_file)
-    config: ExperimentConfig = load_config(space_file, require_space=True)
-    out = Path(out or Path("runs") / f"compare-{config.name}").resolve()
-    plan_path = out / PLAN_FILE
-    if plan_path.exists() and not resume:
-        raise TuningError(
-            f"{out}: a comparison already exists here; pass --resume to finish it or choose another --out"
-        )
-    if resume and not plan_path.exists():
-        raise TuningError(f"{out}: no comparison to resume here (no {PLAN_FILE})")
-    par = config.parallelism
-    cpus = cpus_per_worker if cpus_per_worker is not None else par.cpus_per_worker
-    gpus = gpus_per_worker if gpus_per_worker is not None else par.gpus_per_worker
-
-    if resume:
-        plan_data = json.loads(plan_path.read_text(encoding="utf-8"))
-        points, slots, cpus, gpus = (
-            plan_data["points"],
-            plan_data["slots"],
-            plan_data["cpus_per_worker"],
-            plan_data["gpus_per_worker"],
-        )
-        modes, hybrid_workers, baseline_trials = (
-            plan_data["modes"],
-            plan_data["hybrid_workers"],
-            plan_data["baseline_trials"],
-        )
-        lr_scaling = plan_data.get("lr_scaling", "none")
-        target = plan_data["target"] if target is None else target
-    else:
-        budget = budget or config.search.num_samples
-        points = fixed_points(config, budget)
-        slots = slots or default_slots(cpus, address)
-        plan_data = {}
-    plans = plan_modes(
-        modes,
-        workers=slots,
-        points=points,
+    plan = plan_comparison(
+        space_file,
+        modes=modes,
+        budget=budget,
+        slots=slots,
+        cpus_per_worker=cpus_per_worker,
+        gpus_per_worker=gpus_per_worker,
         hybrid_workers=hybrid_workers,
-        baseline_trials=min(baseline_trials, len(points)),
+        baseline_trials=baseline_trials,
+        target=target,
+        out=out,
+        resume=resume,
+        address=address,
         lr_scaling=lr_scaling,
     )
-    base_dir = space_file.resolve().parent
-    if not resume:  # every mode's search checked now, not in a subprocess minutes later
-        source = None if config.data.source == "synthetic" else base_dir / Path(config.data.source).expanduser()
-        check_output(out, option="--out", inputs={"search-space file": space_file, "data source": source})
-        for plan in plans:
-            data = mode_config(
-                config,
-                plan,
-                cpus_per_worker=cpus,
-                gpus_per_worker=gpus,
-                tracking_uri="",
-                experiment="",
-                parent_run_id=None,
-                base_dir=base_dir,
-            )
-            preflight(ExperimentConfig.model_validate(data), path=f"{space_file} ({plan.name} mode)", base_dir=base_dir)
-    with contextlib.nullcontext(out) if resume else owned_output_directory(out, command="compare", option="--out"):
-        tracking, run_id, plan_data, uri, experiment = _start(
-            config,
-            space_file,
-            out,
-            plan_data,
-            plans,
-            modes,
-            points,
-            slots,
-            cpus,
-            gpus,
-            hybrid_workers,
-            baseline_trials,
-            target,
-            tracking_uri,
-            lr_scaling,
-        )
+    if not plan.resume:
+        check_comparison(plan)
+    with OutputClaim(plan.out, command="compare", option="--out", new=not plan.resume) as claim:
+        with claim.setting_up():
+            if plan.resume:  # the same comparison, not another file's
+                check_resume_config(plan.out, plan.config, plan.space_file, None)
+            else:
+                write_text_atomic(plan.out / "search.yaml", plan.space_file.read_text(encoding="utf-8"))
+            tracking, run_id = _start(plan, tracking_uri)
+        records, failed = _run_modes(plan, tracking, run_id, address)
+        return _conclude(plan, records, failed, tracking, run_id)
+
+
+def _run_modes(
+    plan: ComparePlan, tracking: _CompareTracking, run_id: str, address: str | None
+) -> tuple[dict[str, ModeRecord], list[str]]:
+    """Each mode's search as its own ``distmis tune`` (a finished one is not run again)."""
     records: dict[str, ModeRecord] = {}
     failed: list[str] = []
-    for plan in plans:
-        mode_dir = out / plan.name
+    for mode in plan.mode_plans:
+        mode_dir = plan.out / mode.name
         if not (mode_dir / "summary.json").is_file():
-            data = mode_config(
-                config,
-                plan,
-                cpus_per_worker=cpus,
-                gpus_per_worker=gpus,
-                tracking_uri=uri,
-                experiment=experiment,
-                parent_run_id=run_id,
-                base_dir=base_dir,
+            data = plan.mode_config(
+                mode, tracking_uri=tracking.uri_with_credentials, experiment=tracking.experiment, parent=run_id
             )
-            cfg_path = out / "configs" / f"{plan.name}.yaml"
+            cfg_path = plan.out / "configs" / f"{mode.name}.yaml"
             write_text_atomic(cfg_path, yaml.safe_dump(data, sort_keys=False))
             print(
-                f"== {plan.name}: {plan.concurrent_trials} trial(s) at once x {plan.workers_per_trial} worker(s), "
-                f"{len(plan.points)} configuration(s)",
+                f"== {mode.name}: {mode.concurrent_trials} trial(s) at once x {mode.workers_per_trial} worker(s), "
+                f"{len(mode.points)} configuration(s)",
                 flush=True,
             )
             started = time.time()
-            rc = _run_mode(plan, cfg_path, mode_dir, out / "logs" / f"{plan.name}.log", address, uri)
-            print(f"== {plan.name}: exit {rc} after {time.time() - started:.1f} s", flush=True)
+            log = plan.out / "logs" / f"{mode.name}.log"
+            rc = _run_mode(mode, cfg_path, mode_dir, log, address, tracking.uri_with_credentials)
+            print(f"== {mode.name}: exit {rc} after {time.time() - started:.1f} s", flush=True)
             if not (mode_dir / "summary.json").is_file():
-                failed.append(plan.name)
+                failed.append(mode.name)
                 continue
-        tracking.tag_mode(mode_dir, plan.name)
-        records[plan.name] = load_mode_dir(plan.name, mode_dir)
+        tracking.tag_mode(mode_dir, mode.name)
+        records[mode.name] = load_mode_dir(mode.name, mode_dir)
+    return records, failed
 
-    target_used, stats = analyse(records, slots=slots, target=target)
+
+def _conclude(
+    plan: ComparePlan,
+    records: dict[str, ModeRecord],
+    failed: list[str],
+    tracking: _CompareTracking,
+    run_id: str,
+) -> CompareResult:
+    """Analyse the modes, write the report and the figures, close the MLflow run."""
+    out, metric = plan.out, plan.config.search.metric
+    target_used, stats = analyse(records, slots=plan.slots, target=plan.target)
     same = same_configurations(records)
-    plots = make_plots(records, stats, target_used, points, slots, out / "plots") if records else []
-    metric = config.search.metric
+    plots = make_plots(records, stats, target_used, plan.points, plan.slots, out / "plots") if records else []
     target_source = (
-        "--target"
-        if target is not None
-        else "the baseline's best"
-        if BASELINE in records
+        "--target" if plan.target is not None else "the baseline's best" if BASELINE in records
         else "the lowest best over the modes"
-    )
+    )  # fmt: skip
+    info = {
+        "slots": plan.slots,
+        "cpus_per_worker": plan.cpus,
+        "gpus_per_worker": plan.gpus,
+        "budget": len(plan.points),
+        "baseline_trials": min(plan.baseline_trials, len(plan.points)),
+        "same_configurations": same,
+        "target_source": target_source,
+    }
     md, html = write_reports(
-        out,
-        name=config.name,
-        stats=stats,
-        target=target_used,
-        metric=metric,
-        info={
-            "slots": slots,
-            "cpus_per_worker": cpus,
-            "gpus_per_worker": gpus,
-            "budget": len(points),
-            "baseline_trials": min(baseline_trials, len(points)),
-            "same_configurations": same,
-            "target_source": target_source,
-        },
-        plots=plots,
+        out, name=plan.config.name, stats=stats, target=target_used, metric=metric, info=info, plots=plots
     )
     write_json_atomic(
         out / "comparison.json",
         {
-            "name": config.name,
+            "name": plan.config.name,
             "metric": metric,
             "target": target_used,
             "target_source": target_source,
-            "slots": slots,
+            "slots": plan.slots,
             "same_configurations": same,
             "failed_modes": failed,
             "configurations": {n: [t.params for t in r.trials] for n, r in records.items()},
@@ -416,11 +472,6 @@ def run_compare(
         },
     )
     write_text_atomic(out / "comparison.csv", _stats_csv(stats))
-    tracking.finish(
-        run_id,
-        stats,
-        target_used,
-        [md, html, out / "comparison.json", out / "comparison.csv", plan_path, *plots],
-        ok=not failed,
-    )
+    files = [md, html, out / "comparison.json", out / "comparison.csv", out / PLAN_FILE, *plots]
+    tracking.finish(run_id, stats, target_used, files, ok=not failed)
     return CompareResult(out, target_used, stats, failed, same, run_id)

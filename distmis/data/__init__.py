@@ -1,38 +1,88 @@
 """Data: MSD NIfTI datasets, synthetic data, preparation into TFRecords, tf.data loading."""
 
-from distmis.data._loader import Manifest, eval_batches, load_manifest, make_dataset, verify_shards
-from distmis.data._msd import MsdDataset, load_case_image, load_nifti, read_dataset_json
+from distmis.data._folds import cv_cases, fold_groups, fold_view, label_presence
+from distmis.data._inspect import fingerprint, overview_png
+from distmis.data._loader import (
+    Manifest,
+    augment,
+    eval_batches,
+    foreground_patch,
+    load_manifest,
+    make_dataset,
+    random_patch,
+    verify_shards,
+)
+from distmis.data._msd import (
+    MsdCase,
+    MsdDataset,
+    case_id_of,
+    check_case_files,
+    check_case_headers,
+    geometry_difference,
+    load_case_image,
+    load_case_label,
+    load_nifti,
+    load_nifti_header,
+    read_dataset_json,
+)
+from distmis.data._normalize import SCHEMES as NORMALIZATIONS
+from distmis.data._normalize import channel_schemes, normalize, zscore_nonzero
+from distmis.data._normalize import describe as describe_normalisation
 from distmis.data._prepare import (
     MANIFEST,
     crop_or_pad,
     prepare_dataset,
     preprocess_image,
     preprocess_label,
+    resample,
     split_cases,
-    zscore_nonzero,
 )
 from distmis.data._resolve import resolve_prepared
-from distmis.data._synth import write_synthetic_msd
+from distmis.data._synth import LABELS as SYNTH_LABELS
+from distmis.data._synth import synth_case, write_synthetic_msd
 from distmis.data._visualize import read_case, render_case
 
 __all__ = [
     "MANIFEST",
+    "NORMALIZATIONS",
+    "SYNTH_LABELS",
     "Manifest",
+    "MsdCase",
     "MsdDataset",
+    "augment",
+    "case_id_of",
+    "channel_schemes",
+    "check_case_files",
+    "check_case_headers",
     "crop_or_pad",
+    "cv_cases",
+    "describe_normalisation",
     "eval_batches",
+    "fingerprint",
+    "fold_groups",
+    "fold_view",
+    "foreground_patch",
+    "geometry_difference",
+    "label_presence",
     "load_case_image",
+    "load_case_label",
     "load_manifest",
     "load_nifti",
+    "load_nifti_header",
     "make_dataset",
+    "normalize",
+    "overview_png",
     "prepare_dataset",
     "preprocess_image",
     "preprocess_label",
+    "random_patch",
     "read_case",
     "read_dataset_json",
     "render_case",
+    "resample",
     "resolve_prepared",
     "split_cases",
+    "synth_case",
     "verify_shards",
     "write_synthetic_msd",
     "zscore_nonzero",

@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from distmis.data._normalize import channel_schemes
+
 #: foreground voxels sampled per case and modality for the intensity percentiles (nnU-Net: 10 000)
 SAMPLES_PER_CASE = 10_000
 #: median spacing max/min beyond which a dataset is called anisotropic (nnU-Net's threshold)
@@ -132,6 +134,30 @@ def suggest(
     return suggestion
 
 
+def _label_rows(stats: list[dict[str, Any]], labels: dict[int, str], warnings: list[str]) -> dict[str, Any]:
+    """Per foreground label: its share of the voxels and of the cases (a warning when it is rare)."""
+    total_voxels = sum(s["voxels"] for s in stats)
+    label_rows = {}
+    for value, label_name in sorted(labels.items()):
+        if value == 0:
+            continue
+        voxels = sum(int(s["label_voxels"].get(value, 0)) for s in stats)
+        present = sum(1 for s in stats if s["label_voxels"].get(value, 0) > 0)
+        share = present / len(stats) if stats else 0.0
+        label_rows[str(value)] = {
+            "name": label_name,
+            "voxel_fraction": voxels / max(total_voxels, 1),
+            "cases_with_label": present,
+            "share_of_cases": share,
+        }
+        if share < RARE_LABEL_SHARE:
+            warnings.append(
+                f"label {value} ({label_name}) is absent from {len(stats) - present} of {len(stats)} "
+                "cases: it will be hard to learn, and its per-case scores are often undefined"
+            )
+    return label_rows
+
+
 def aggregate(
     stats: list[dict[str, Any]],
     *,
@@ -171,25 +197,7 @@ def aggregate(
     orientations = sorted({s["orientation"] for s in stats})
     if len(orientations) > 1:
         warnings.append(f"mixed orientations {orientations}: cases are not stored in the same axis order")
-    total_voxels = sum(s["voxels"] for s in stats)
-    label_rows = {}
-    for value, label_name in sorted(labels.items()):
-        if value == 0:
-            continue
-        voxels = sum(int(s["label_voxels"].get(value, 0)) for s in stats)
-        present = sum(1 for s in stats if s["label_voxels"].get(value, 0) > 0)
-        share = present / len(stats) if stats else 0.0
-        label_rows[str(value)] = {
-            "name": label_name,
-            "voxel_fraction": voxels / max(total_voxels, 1),
-            "cases_with_label": present,
-            "share_of_cases": share,
-        }
-        if share < RARE_LABEL_SHARE:
-            warnings.append(
-                f"label {value} ({label_name}) is absent from {len(stats) - present} of {len(stats)} "
-                "cases: it will be hard to learn, and its per-case scores are often undefined"
-            )
+    label_rows = _label_rows(stats, labels, warnings)
     intensity = {}
     for c, modality in enumerate(modalities):
         pooled = np.concatenate([s["samples"][c] for s in stats if len(s["samples"]) > c]) if stats else np.zeros(0)
@@ -205,6 +213,8 @@ def aggregate(
         "anisotropy": anisotropy,
         "orientations": orientations,
         "intensity_foreground": intensity,
+        # what distmis prepare does to each channel by default (CT: from the training cases' foreground)
+        "normalization": dict(zip(modalities, channel_schemes(modalities), strict=True)),
         "labels": label_rows,
         "suggestion": suggest(
             median_shape, len(modalities), gpu_memory_gb=gpu_memory_gb, depth=depth, filters=filters, batch=batch
@@ -236,18 +246,17 @@ def fingerprint(
     Raises:
         DataError: a malformed dataset.json or case (as ``distmis prepare`` would report it).
     """
-    import multiprocessing
     import os
-    from concurrent.futures import ProcessPoolExecutor
 
     from distmis.data._msd import check_case_headers, read_dataset_json
+    from distmis.data._pool import case_pool
 
     dataset = read_dataset_json(src)
     for case in dataset.training:
         check_case_headers(case, dataset.num_modalities)
     workers = workers or min(len(dataset.training), os.cpu_count() or 1)
     stats = []
-    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+    with case_pool(workers) as pool:
         futures = [
             pool.submit(_inspect_case, case, dataset.num_modalities, dataset.labels, i)
             for i, case in enumerate(dataset.training)

@@ -15,6 +15,7 @@ auto-sharding off and every replica read every case.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -260,6 +261,38 @@ def random_patch(
     return crop[..., :c], crop[..., c:]
 
 
+def foreground_patch(
+    image: tf.Tensor, label: tf.Tensor, patch: tuple[int, int, int], seed: tf.Tensor, classes: list[int]
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """Crop ``patch`` centred (as far as the volume allows) on a random voxel of a random class.
+
+    The class is drawn uniformly among the foreground ``classes`` (label channels) present in the
+    case, then a voxel of it uniformly, as nnU-Net's oversampling does: a rare class is sampled as
+    often as a common one. A case without foreground gets a uniformly placed crop.
+    """
+    import tensorflow as tf
+
+    seeds = tf.random.experimental.stateless_split(seed, num=3)
+    mask = tf.gather(label, classes, axis=-1) > 0.5  # (X, Y, Z, F)
+    present = tf.reduce_any(mask, axis=[0, 1, 2])
+    size = tf.constant(patch, tf.int64)
+
+    def centred() -> tuple[tf.Tensor, tf.Tensor]:
+        logits = tf.where(present, 0.0, -1e9)[tf.newaxis]
+        cls = tf.random.stateless_categorical(logits, 1, seeds[0])[0, 0]
+        voxels = tf.where(tf.gather(mask, cls, axis=-1))
+        pick = tf.random.stateless_uniform([], seeds[1], 0, tf.shape(voxels, out_type=tf.int64)[0], dtype=tf.int64)
+        shape = tf.shape(image, out_type=tf.int64)[:3]
+        start = tf.clip_by_value(voxels[pick] - size // 2, 0, shape - size)
+        begin = tf.concat([start, [0]], 0)
+        return (
+            tf.slice(image, begin, tf.concat([size, [-1]], 0)),
+            tf.slice(label, begin, tf.concat([size, [-1]], 0)),
+        )
+
+    return tf.cond(tf.reduce_any(present), centred, lambda: random_patch(image, label, patch, seeds[2]))
+
+
 def augment(
     image: tf.Tensor, label: tf.Tensor, seed: tf.Tensor, *, flip: bool, intensity: float, noise: float
 ) -> tuple[tf.Tensor, tf.Tensor]:
@@ -295,6 +328,7 @@ def make_dataset(
     shard_index: int = 0,
     pad_to_batches: int | None = None,
     threads: int | None = None,
+    foreground_oversampling: float = 0.0,
 ) -> tf.data.Dataset:
     """Build the input pipeline of one worker.
 
@@ -312,55 +346,27 @@ def make_dataset(
             batches (every worker must run the same number of steps).
         threads: cap on tf.data's own thread pool (by default it sizes itself to every core of
             the host, which steals CPUs from concurrent trials).
+        foreground_oversampling: share of training patches centred on foreground
+            (:func:`foreground_patch`); the others are placed uniformly.
     """
     import tensorflow as tf
 
     manifest = prepared if isinstance(prepared, Manifest) else load_manifest(prepared)
-    files = manifest.files(split)
-    if not files:
-        raise DataError(f"{manifest.root}: split {split!r} has no cases")
-    verify_shards(manifest, split)
     n_cases = manifest.num_cases(split)
     if training and n_cases < num_shards:
         raise DataError(f"split {split!r} has {n_cases} cases, fewer than the {num_shards} workers reading it")
-
     # With a thread budget, work in flight is bounded by it too: AUTOTUNE ramps parallel calls
     # (and prefetch) far past one thread's pace, and dropping such an iterator - every trial
     # does - waits for all of that queued work (measured: 5-9 s with augmentation on 1 thread)
     parallel = threads or tf.data.AUTOTUNE
-    ds = tf.data.TFRecordDataset(files, num_parallel_reads=min(len(files), tf.data.AUTOTUNE if len(files) > 1 else 1))
-    first_case = ds.take(1)  # of the whole split: the padding template even for a worker with no case of its own
-    # Sharding by record (not by file) works for any shard count, and records are read in a
-    # deterministic order, so the shards are disjoint and together cover the split.
-    ds = ds.shard(num_shards, shard_index)
-    ds = ds.map(_parse_fn(manifest), num_parallel_calls=parallel, deterministic=True)
-    local_cases = math.ceil(n_cases / num_shards)
-    if local_cases * manifest.case_bytes() <= _CACHE_LIMIT_BYTES:
-        ds = ds.cache()
-
+    ds, first_case = _records(manifest, split, num_shards, shard_index, parallel)
     if training:
-        ds = ds.shuffle(max(local_cases, 1), seed=seed, reshuffle_each_iteration=True).repeat()
+        local_cases = max(1, math.ceil(n_cases / num_shards))
+        ds = ds.shuffle(local_cases, seed=seed, reshuffle_each_iteration=True).repeat()
         # one independent stateless seed per element: reproducible and parallel-safe
         seeds = tf.data.Dataset.random(seed=seed + 7919 * (shard_index + 1)).batch(2)
-        ds = tf.data.Dataset.zip(ds, seeds)
-
-        def _train_map(xy: tuple[tf.Tensor, tf.Tensor], s: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-            image, label = xy
-            s = tf.cast(s % (2**31 - 1), tf.int32)
-            if patch is not None and tuple(patch) != tuple(manifest.shape):
-                image, label = random_patch(image, label, (patch[0], patch[1], patch[2]), s)
-            if augment_config is not None:
-                image, label = augment(
-                    image,
-                    label,
-                    s + 1,
-                    flip=augment_config.flip,
-                    intensity=augment_config.intensity,
-                    noise=augment_config.noise,
-                )
-            return image, label, tf.constant(1.0)
-
-        ds = ds.map(_train_map, num_parallel_calls=parallel)
+        crop = _training_map(manifest, patch, augment_config, foreground_oversampling)
+        ds = tf.data.Dataset.zip(ds, seeds).map(crop, num_parallel_calls=parallel)
         ds = ds.batch(batch_size, drop_remainder=True)
     else:
         ds = ds.map(lambda i, m: (i, m, tf.constant(1.0)))
@@ -378,6 +384,76 @@ def make_dataset(
         options.threading.max_intra_op_parallelism = 1
         ds = ds.with_options(options)
     return ds
+
+
+def _records(
+    manifest: Manifest, split: str, num_shards: int, shard_index: int, parallel: int
+) -> tuple[tf.data.Dataset, tf.data.Dataset]:
+    """This worker's parsed (image, label) pairs of ``split`` (cached when small enough), and the
+    split's first raw record (the padding template even for a worker with no case of its own)."""
+    import tensorflow as tf
+
+    files = manifest.files(split)
+    if not files:
+        raise DataError(f"{manifest.root}: split {split!r} has no cases")
+    verify_shards(manifest, split)
+    ds = tf.data.TFRecordDataset(files, num_parallel_reads=min(len(files), tf.data.AUTOTUNE if len(files) > 1 else 1))
+    selected = manifest.info["splits"][split].get("selected")
+    if selected:  # a cross-validation fold: the listed cases of the shards, before sharding (even shares)
+        ds = ds.filter(_case_filter(manifest.info["splits"][split]["cases"]))
+    first_case = ds.take(1)
+    # Sharding by record (not by file) works for any shard count, and records are read in a
+    # deterministic order, so the shards are disjoint and together cover the split.
+    ds = ds.shard(num_shards, shard_index)
+    ds = ds.map(_parse_fn(manifest), num_parallel_calls=parallel, deterministic=True)
+    if math.ceil(manifest.num_cases(split) / num_shards) * manifest.case_bytes() <= _CACHE_LIMIT_BYTES:
+        ds = ds.cache()
+    return ds, first_case
+
+
+def _case_filter(cases: list[str]) -> Callable[[tf.Tensor], tf.Tensor]:
+    """record -> whether its case id is one of ``cases``."""
+    import tensorflow as tf
+
+    wanted = tf.constant(sorted(cases))
+    spec = {"case_id": tf.io.FixedLenFeature([], tf.string)}
+
+    def keep(record: tf.Tensor) -> tf.Tensor:
+        return tf.reduce_any(tf.equal(tf.io.parse_single_example(record, spec)["case_id"], wanted))
+
+    return keep
+
+
+def _training_map(
+    manifest: Manifest, patch: tuple[int, int, int] | None, augment_config: Any, foreground_oversampling: float
+) -> Callable[..., tuple[tf.Tensor, tf.Tensor, tf.Tensor]]:
+    """(image, label), seed -> (patch, label patch, weight 1): a uniform or foreground-centred crop, then augmentation."""
+    import tensorflow as tf
+
+    # the label channels that are foreground: a softmax model's channel 0 is the background
+    k = manifest.num_classes
+    classes = list(range(1, k)) if manifest.label_mode == "multiclass" else list(range(k))
+    crops = patch is not None and tuple(patch) != tuple(manifest.shape)
+
+    def train_map(xy: tuple[tf.Tensor, tf.Tensor], s: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        image, label = xy
+        s = tf.cast(s % (2**31 - 1), tf.int32)
+        if crops:
+            cube = (patch[0], patch[1], patch[2])  # type: ignore[index]
+            if foreground_oversampling > 0:
+                image, label = tf.cond(
+                    tf.random.stateless_uniform([], s + 2) < foreground_oversampling,
+                    lambda: foreground_patch(image, label, cube, s + 3, classes),
+                    lambda: random_patch(image, label, cube, s),
+                )
+            else:
+                image, label = random_patch(image, label, cube, s)
+        if augment_config is not None:
+            a = augment_config
+            image, label = augment(image, label, s + 1, flip=a.flip, intensity=a.intensity, noise=a.noise)
+        return image, label, tf.constant(1.0)
+
+    return train_map
 
 
 def eval_batches(n_cases: int, num_workers: int, batch_size_per_worker: int) -> int:

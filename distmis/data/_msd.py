@@ -14,6 +14,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, StrictStr
 
 from distmis.exceptions import DataError
+from distmis.files import input_problem
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,24 @@ def _int_keys(mapping: dict[str, str], field: str, path: Path) -> dict[int, str]
     return out
 
 
+def _check_label_names(labels: dict[int, str], path: Path) -> None:
+    """Every foreground label must name its own metrics (``val_dice_<name>``) once sanitised."""
+    from distmis.labels import metric_suffix
+
+    owners: dict[str, list[int]] = {}
+    for value, name in sorted(labels.items()):
+        if value:
+            owners.setdefault(metric_suffix(name), []).append(value)
+    clashes = {suffix: values for suffix, values in owners.items() if len(values) > 1}
+    if clashes:
+        suffix, values = next(iter(clashes.items()))
+        named = ", ".join(f"{v} {labels[v]!r}" for v in values)
+        raise DataError(
+            f"{path}: labels: {named} all name the metric val_dice_{suffix} (names keep letters, digits and '_'); "
+            "give each label a name of its own"
+        )
+
+
 def _case_path(root: Path, given: str, where: str, path: Path) -> Path:
     """``root / given`` for a relative path that stays inside the dataset directory.
 
@@ -88,7 +107,7 @@ def _case_path(root: Path, given: str, where: str, path: Path) -> Path:
     """
     if not given.strip():
         raise DataError(f"{path}: {where}: empty path")
-    if os.path.isabs(given) or given.startswith("~"):
+    if Path(given).is_absolute() or given.startswith("~"):
         raise DataError(f"{path}: {where}: {given!r} is absolute; paths must be relative to the dataset directory")
     normal = os.path.normpath(given)
     if normal == ".." or normal.startswith(".." + os.sep):
@@ -96,7 +115,7 @@ def _case_path(root: Path, given: str, where: str, path: Path) -> Path:
     return root / normal
 
 
-def read_dataset_json(root: str | Path) -> MsdDataset:
+def read_dataset_json(root: str | Path, *, require_files: bool = True) -> MsdDataset:
     """Parse and check ``root/dataset.json``; every listed file must exist.
 
     Checked like nnU-Net's dataset integrity check: the structure and types of every field,
@@ -129,6 +148,7 @@ def read_dataset_json(root: str | Path) -> MsdDataset:
             f"{path}: labels: declares {bad}, but label maps are stored as uint8 (0..{MAX_LABEL}); "
             f"{bad[0]} would silently become {bad[0] % 256}"
         )
+    _check_label_names(labels, path)
     if not meta.training:
         raise DataError(f"{path}: training: empty; expected at least one case")
 
@@ -139,6 +159,21 @@ def read_dataset_json(root: str | Path) -> MsdDataset:
         training.append(MsdCase(case_id_of(image), image, label))
     test = [MsdCase(case_id_of(p), _case_path(root, p, f"test[{i}]", path), None) for i, p in enumerate(meta.test)]
 
+    _check_cases(training, test, path, require_files)
+    return MsdDataset(
+        root=root,
+        name=str(getattr(meta, "name", None) or root.name),
+        description=str(getattr(meta, "description", None) or ""),
+        modalities=modalities,
+        labels=labels,
+        training=tuple(training),
+        test=tuple(test),
+    )
+
+
+def _check_cases(training: list[MsdCase], test: list[MsdCase], path: Path, require_files: bool) -> None:
+    """Unique case ids, a label file per case, no test case that is a training case, every file there
+    (``require_files``; a command that reads some cases only checks those itself)."""
     ids: dict[str, int] = {}
     label_owner: dict[Path, str] = {}
     for i, case in enumerate(training):
@@ -166,19 +201,21 @@ def read_dataset_json(root: str | Path) -> MsdDataset:
                 f"{path}: test[{i}] ({case.image.name}) is also training case {clash!r}: a test case "
                 "must not be trained on"
             )
-    for case in training:
-        for f in (case.image, case.label):
-            if f is not None and not f.is_file():
-                raise DataError(f"{f}: listed in {path} but missing")
-    return MsdDataset(
-        root=root,
-        name=str(getattr(meta, "name", None) or root.name),
-        description=str(getattr(meta, "description", None) or ""),
-        modalities=modalities,
-        labels=labels,
-        training=tuple(training),
-        test=tuple(test),
-    )
+    if require_files:
+        for case in training:
+            check_case_files(case, path)
+
+
+def check_case_files(case: MsdCase, listed_in: Path) -> None:
+    """The case's image and label exist and can be read.
+
+    Raises:
+        DataError: naming the file and why (missing, a broken link or a link loop, ...).
+    """
+    for f in (case.image, case.label):
+        problem = input_problem(f) if f is not None else None
+        if problem:
+            raise DataError(f"{f}: listed in {listed_in} but {problem}")
 
 
 # --------------------------------------------------------------------------- geometry
@@ -221,13 +258,7 @@ def check_case_headers(case: MsdCase, num_modalities: int) -> None:
     Raises:
         DataError: naming both files and the difference.
     """
-    import nibabel as nib
-
-    try:
-        image = nib.load(str(case.image))
-    except Exception as exc:  # noqa: BLE001 - nibabel raises many types for a damaged header
-        raise DataError(f"{case.image}: cannot read NIfTI header ({type(exc).__name__}: {exc})") from None
-    shape = tuple(int(s) for s in image.shape)
+    image_affine, shape = load_nifti_header(case.image)
     if len(shape) == 3:
         shape = (*shape, 1)
     if len(shape) != 4:
@@ -239,16 +270,12 @@ def check_case_headers(case: MsdCase, num_modalities: int) -> None:
         )
     if case.label is None:
         return
-    try:
-        label = nib.load(str(case.label))
-    except Exception as exc:  # noqa: BLE001
-        raise DataError(f"{case.label}: cannot read NIfTI header ({type(exc).__name__}: {exc})") from None
-    lshape = tuple(int(s) for s in label.shape)
+    label_affine, lshape = load_nifti_header(case.label)
     if len(lshape) == 4 and lshape[-1] == 1:
         lshape = lshape[:3]
     if lshape != shape[:3]:
         raise DataError(f"{case.label}: label shape {lshape} does not match image shape {shape[:3]} of {case.image}")
-    diff = geometry_difference(image.affine, label.affine)
+    diff = geometry_difference(image_affine, label_affine)
     if diff:
         raise DataError(
             f"{case.label}: not aligned with its image {case.image}: {diff}; a misaligned label would "
@@ -256,20 +283,81 @@ def check_case_headers(case: MsdCase, num_modalities: int) -> None:
         )
 
 
-def load_nifti(path: Path, *, dtype: type = np.float32) -> tuple[np.ndarray, np.ndarray, object]:
-    """Load a NIfTI file fully into memory: (array, affine, header).
+def max_volume_bytes() -> int:
+    """The most memory one volume may claim (its float32 array): half of this machine's memory.
 
-    A truncated ``.nii.gz`` only fails when the data is read, so the data is read here,
-    inside the ``try``, to turn every kind of corruption into one ``DataError``.
+    A header is checked against it before any voxel is read: a 1 kB file that claims 10000^3
+    voxels is an error naming the claim, not a MemoryError after minutes of decompression.
+    """
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2)
+    except (ValueError, OSError, AttributeError):
+        return 16 << 30
+
+
+def check_declared_size(path: Path, shape: tuple[int, ...], itemsize: int = 4) -> None:
+    """Refuse a header whose shape implies more memory than :func:`max_volume_bytes`.
+
+    Raises:
+        DataError: naming the file, the claimed shape and the bytes it implies.
+    """
+    import math
+
+    claimed = math.prod(int(s) for s in shape) * itemsize
+    limit = max_volume_bytes()
+    if claimed > limit:
+        raise DataError(
+            f"{path}: the header claims shape {tuple(int(s) for s in shape)}, {claimed / 2**30:.1f} GiB as float32; "
+            f"more than half of this machine's memory ({limit / 2**30:.1f} GiB): a damaged or wrong header"
+        )
+
+
+def load_nifti_header(path: Path) -> tuple[np.ndarray, tuple[int, ...]]:
+    """(affine, shape) of a NIfTI file from its header alone.
+
+    Raises:
+        DataError: an unreadable header, or a shape past :func:`check_declared_size`.
     """
     import nibabel as nib
 
     try:
         img = nib.load(str(path))
-        data: np.ndarray = np.asarray(img.dataobj, dtype=dtype)
-    except Exception as exc:  # nibabel raises many types (EOFError, zlib.error, ImageFileError, ...)
+    except Exception as exc:  # noqa: BLE001 - nibabel raises many types for a damaged header
+        raise DataError(f"{path}: cannot read NIfTI header ({type(exc).__name__}: {exc})") from None
+    shape = tuple(int(s) for s in img.shape)
+    check_declared_size(path, shape)
+    return np.asarray(img.affine), shape
+
+
+def load_nifti(path: Path, *, dtype: type = np.float32) -> tuple[np.ndarray, np.ndarray, object]:
+    """Load a NIfTI file fully into memory: (array, affine, header).
+
+    The header's shape is checked first (:func:`check_declared_size`). A truncated ``.nii.gz``
+    only fails when the data is read, so the data is read here, inside the ``try``, to turn every
+    kind of corruption into one ``DataError``. Floating-point data is checked in its stored
+    precision before it becomes ``dtype``: a finite 1e300 is "beyond float32", not "NaN/Inf".
+    """
+    import nibabel as nib
+
+    try:
+        img = nib.load(str(path))
+    except Exception as exc:  # noqa: BLE001 - nibabel raises many types (EOFError, zlib.error, ImageFileError, ...)
         raise DataError(f"{path}: cannot read NIfTI ({type(exc).__name__}: {exc})") from None
-    return data, img.affine, img.header
+    check_declared_size(path, img.shape, max(4, np.dtype(dtype).itemsize))
+    try:
+        raw = np.asanyarray(img.dataobj)
+    except Exception as exc:  # noqa: BLE001 - a truncated or damaged file fails only here
+        raise DataError(f"{path}: cannot read NIfTI ({type(exc).__name__}: {exc})") from None
+    if np.issubdtype(dtype, np.floating) and np.issubdtype(raw.dtype, np.floating) and raw.size:
+        if not np.all(np.isfinite(raw)):
+            raise DataError(f"{path}: contains {int(np.sum(~np.isfinite(raw)))} NaN/Inf voxels")
+        largest = float(np.max(np.abs(raw)))
+        if largest > float(np.finfo(dtype).max):
+            raise DataError(
+                f"{path}: holds values up to {largest:.3g}, beyond {np.dtype(dtype).name}'s range "
+                f"({float(np.finfo(dtype).max):.3g}); rescale the image"
+            )
+    return np.asarray(raw, dtype=dtype), img.affine, img.header
 
 
 def load_case_image(path: Path, num_modalities: int) -> tuple[np.ndarray, np.ndarray, object]:
@@ -284,9 +372,7 @@ def load_case_image(path: Path, num_modalities: int) -> tuple[np.ndarray, np.nda
             f"{path}: expected {num_modalities} modalities as declared in dataset.json, got {data.shape[-1]} "
             f"(shape {data.shape})"
         )
-    if not np.all(np.isfinite(data)):
-        raise DataError(f"{path}: contains {int(np.sum(~np.isfinite(data)))} NaN/Inf voxels")
-    return data, affine, header
+    return data, affine, header  # finite and within float32: load_nifti checked it in the file's precision
 
 
 def content_warnings(

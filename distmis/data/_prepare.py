@@ -9,10 +9,9 @@ renamed at the end: a failure or Ctrl-C leaves no half-written OUT.
 from __future__ import annotations
 
 import hashlib
-import multiprocessing
 import os
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +19,15 @@ import numpy as np
 
 from distmis.data._msd import (
     MsdCase,
+    MsdDataset,
     check_case_headers,
     content_warnings,
     load_case_image,
     load_case_label,
     read_dataset_json,
 )
+from distmis.data._normalize import LEGACY, channel_schemes, ct_statistics, normalize
+from distmis.data._pool import case_pool
 from distmis.exceptions import DataError
 from distmis.files import atomic_directory, check_output, check_replaceable, write_json_atomic
 from distmis.tensorflow_env import import_tensorflow
@@ -36,20 +38,6 @@ SPLITS = ("train", "val", "test")
 
 
 # --------------------------------------------------------------------------- preprocessing (pure numpy)
-def zscore_nonzero(image: np.ndarray) -> np.ndarray:
-    """Per-channel z-score over the non-zero voxels (the brain); the background stays 0."""
-    out = np.zeros_like(image, dtype=np.float32)
-    for c in range(image.shape[-1]):
-        ch = image[..., c]
-        mask = ch != 0
-        if mask.sum() < 2:
-            continue
-        vals = ch[mask]
-        std = float(vals.std())
-        out[..., c] = np.where(mask, (ch - vals.mean()) / (std if std > 0 else 1.0), 0.0)
-    return out
-
-
 def crop_or_pad(volume: np.ndarray, shape: tuple[int, int, int]) -> np.ndarray:
     """Centre-crop or zero-pad the first three axes of ``volume`` to ``shape``."""
     out = volume
@@ -75,9 +63,11 @@ def resample(volume: np.ndarray, shape: tuple[int, int, int], *, order: int) -> 
     return crop_or_pad(out, shape)  # zoom may be off by one voxel through rounding
 
 
-def preprocess_image(image: np.ndarray, shape: tuple[int, int, int], resize: str) -> np.ndarray:
-    """The exact preprocessing applied to an image (also used at inference)."""
-    image = zscore_nonzero(image)
+def preprocess_image(
+    image: np.ndarray, shape: tuple[int, int, int], resize: str, normalisation: list[dict[str, Any]] | None = None
+) -> np.ndarray:
+    """The exact preprocessing applied to an image (inference redoes its normalisation and resizing)."""
+    image = normalize(image, normalisation)
     return resample(image, shape, order=1) if resize == "resample" else crop_or_pad(image, shape)
 
 
@@ -96,6 +86,7 @@ def _prepare_case(
     shape: tuple[int, int, int],
     resize: str,
     label_mode: str,
+    normalisation: list[dict[str, Any]],
 ) -> tuple[str, np.ndarray, np.ndarray, list[str], dict[str, Any]]:
     from distmis.data._inspect import case_stats
 
@@ -106,7 +97,7 @@ def _prepare_case(
     stats = case_stats(case.case_id, image, affine, label)  # the dataset fingerprint, from the same read
     return (
         case.case_id,
-        preprocess_image(image, shape, resize),
+        preprocess_image(image, shape, resize, normalisation),
         preprocess_label(label, shape, resize, label_mode),
         warnings,
         stats,
@@ -184,6 +175,145 @@ def _serialize(case_id: str, image: np.ndarray, label: np.ndarray) -> bytes:
     return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
 
 
+def _manifest(
+    dataset: MsdDataset,
+    src: Path,
+    shape: tuple[int, int, int],
+    resize: str,
+    label_mode: str,
+    regions: dict[str, list[int]] | None,
+    split: tuple[float, float, float],
+    seed: int,
+    normalisation: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """``info.json`` before its splits are written."""
+    num_classes = {"binary": 1, "regions": len(regions or {})}.get(label_mode, max(dataset.labels) + 1)
+    return {
+        "format": FORMAT,
+        "source": {"name": dataset.name, "description": dataset.description, "path": str(src.resolve())},
+        "shape": list(shape),
+        "channels": dataset.num_modalities,
+        "modalities": list(dataset.modalities),
+        "labels": {str(k): v for k, v in sorted(dataset.labels.items())},
+        "label_mode": label_mode,
+        "num_classes": num_classes,
+        "regions": regions,
+        "image_dtype": "float32",
+        "label_dtype": "uint8",
+        "preprocessing": {
+            "normalisation": LEGACY if all(c["scheme"] == "zscore" for c in normalisation) else "per_channel",
+            "channel_normalisation": normalisation,
+            "resize": resize,
+            "shape": list(shape),
+        },
+        "split": {"fractions": list(split), "seed": seed},
+        "splits": {},
+    }
+
+
+def channel_normalisation(
+    dataset: MsdDataset, train_ids: list[str], by_id: dict[str, MsdCase], override: Any, workers: int
+) -> list[dict[str, Any]]:
+    """Each channel's normalisation, CT parameters measured on the training cases' foreground."""
+    schemes = channel_schemes(dataset.modalities, override)
+    spec: list[dict[str, Any]] = [{"scheme": s} for s in schemes]
+    ct = [c for c, s in enumerate(schemes) if s == "ct"]
+    if ct:
+        with case_pool(min(workers, max(1, len(train_ids)))) as pool:
+            cases = [by_id[i] for i in train_ids]
+            n = len(cases)
+            samples = list(pool.map(_foreground_samples, cases, [dataset.num_modalities] * n, [dataset.labels] * n))
+        for c in ct:
+            spec[c] = ct_statistics(np.concatenate([s[c] for s in samples]), dataset.modalities[c])
+    return spec
+
+
+def _foreground_samples(case: MsdCase, num_modalities: int, labels: dict[int, str]) -> list[np.ndarray]:
+    """Sampled intensities of the case's foreground (label > 0) voxels, per channel (a worker's job)."""
+    from distmis.data._inspect import case_stats
+
+    image, affine, _ = load_case_image(case.image, num_modalities)
+    assert case.label is not None
+    label = load_case_label(case.label, image.shape[:3], labels)
+    return case_stats(case.case_id, image, affine, label)["samples"]
+
+
+@dataclass
+class _Counter:
+    """Cases done of the whole dataset, for the progress bar."""
+
+    total: int
+    progress: Callable[[int, int], None] | None
+    done: int = 0
+
+    def step(self) -> None:
+        self.done += 1
+        if self.progress:
+            self.progress(self.done, self.total)
+
+
+@dataclass(frozen=True)
+class _PrepareJob:
+    """How every case of one dataset is prepared, and how a split's shards are written."""
+
+    modalities: tuple[str, ...]
+    labels: dict[int, str]
+    shape: tuple[int, int, int]
+    resize: str
+    label_mode: str
+    shards: int
+    normalisation: list[dict[str, Any]]
+
+    def case(self, case: MsdCase) -> tuple[str, np.ndarray, np.ndarray, list[str], dict[str, Any]]:
+        """Read and preprocess one case (in a worker process)."""
+        return _prepare_case(
+            case, self.modalities, self.labels, self.shape, self.resize, self.label_mode, self.normalisation
+        )
+
+    def write_split(
+        self,
+        tmp: Path,
+        name: str,
+        ids: list[str],
+        futures: list[Any],
+        case_stats: list[dict[str, Any]],
+        counter: _Counter,
+        warn: Callable[[str], None],
+    ) -> dict[str, Any]:
+        """Write one split's shards (cases in order: the shard assignment is deterministic); its manifest entry."""
+        import_tensorflow()
+        import tensorflow as tf
+
+        n_shards = max(1, min(self.shards, len(ids)))
+        files = [tmp / f"{name}-{i:03d}-of-{n_shards:03d}.tfrecord" for i in range(n_shards)]
+        writers = [tf.io.TFRecordWriter(str(f)) for f in files]
+        counts = [0] * n_shards
+        try:
+            for i, fut in enumerate(futures):
+                case_id, image, label, case_warnings, stats = fut.result()
+                case_stats.append(stats)
+                for text in case_warnings:
+                    warn(text)
+                writers[i % n_shards].write(_serialize(case_id, image, label))
+                counts[i % n_shards] += 1
+                counter.step()
+        finally:
+            for w in writers:
+                w.close()
+        for f, c in zip(files, counts, strict=True):
+            if c == 0:
+                f.unlink()
+        return {
+            "cases": ids,
+            "num_cases": len(ids),
+            "shards": [
+                {"file": f.name, "num_cases": c, "sha256": _sha256(f), "bytes": f.stat().st_size}
+                for f, c in zip(files, counts, strict=True)
+                if c > 0
+            ],
+        }
+
+
 def prepare_dataset(
     src: str | Path,
     out: str | Path,
@@ -199,8 +329,12 @@ def prepare_dataset(
     progress: Callable[[int, int], None] | None = None,
     warn: Callable[[str], None] | None = None,
     regions: dict[str, list[int]] | None = None,
+    normalization: Any = "auto",
 ) -> dict[str, Any]:
     """Preprocess an MSD dataset into ``out`` and return its manifest.
+
+    ``normalization``: ``auto`` (CT channels by their dataset's foreground range, the others per
+    case), one scheme for every channel, or one per channel (see :mod:`distmis.data._normalize`).
 
     ``warn`` receives what is suspicious but not wrong (a constant channel, a label without
     foreground); by default it is printed to stderr as ``distmis: warning: ...``.
@@ -223,77 +357,21 @@ def prepare_dataset(
     by_id = {c.case_id: c for c in dataset.training}
     workers = workers or min(len(dataset.training), os.cpu_count() or 1)
     shape = tuple(int(s) for s in shape)  # type: ignore[assignment]
-    num_classes = {"binary": 1, "regions": len(regions or {})}.get(label_mode, max(dataset.labels) + 1)
-
-    manifest: dict[str, Any] = {
-        "format": FORMAT,
-        "source": {"name": dataset.name, "description": dataset.description, "path": str(src.resolve())},
-        "shape": list(shape),
-        "channels": dataset.num_modalities,
-        "modalities": list(dataset.modalities),
-        "labels": {str(k): v for k, v in sorted(dataset.labels.items())},
-        "label_mode": label_mode,
-        "num_classes": num_classes,
-        "regions": regions,
-        "image_dtype": "float32",
-        "label_dtype": "uint8",
-        "preprocessing": {"normalisation": "zscore_nonzero_per_channel", "resize": resize, "shape": list(shape)},
-        "split": {"fractions": list(split), "seed": seed},
-        "splits": {},
-    }
-    total = len(dataset.training)
-    done = 0
+    normalisation = channel_normalisation(dataset, splits["train"], by_id, normalization, workers)
+    manifest = _manifest(dataset, src, shape, resize, label_mode, regions, split, seed, normalisation)
+    job = _PrepareJob(dataset.modalities, dataset.labels, shape, resize, label_mode, shards, normalisation)
     case_stats: list[dict[str, Any]] = []
     try:
         with atomic_directory(out, command="prepare", overwrite=overwrite) as tmp:
-            # spawn, not fork: the parent has TensorFlow's thread pools running, and forking those is unsafe
-            with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            with case_pool(workers) as pool:
                 # submit every case first: workers start reading while TensorFlow is imported here
-                futures = {
-                    name: [
-                        pool.submit(
-                            _prepare_case, by_id[cid], dataset.modalities, dataset.labels, shape, resize, label_mode
-                        )
-                        for cid in splits[name]
-                    ]
-                    for name in SPLITS
-                }
+                futures = {name: [pool.submit(job.case, by_id[cid]) for cid in splits[name]] for name in SPLITS}
                 try:
-                    import_tensorflow()
-                    import tensorflow as tf
-
+                    counter = _Counter(len(dataset.training), progress)
                     for name in SPLITS:
-                        ids = splits[name]
-                        n_shards = max(1, min(shards, len(ids)))
-                        files = [tmp / f"{name}-{i:03d}-of-{n_shards:03d}.tfrecord" for i in range(n_shards)]
-                        writers = [tf.io.TFRecordWriter(str(f)) for f in files]
-                        counts = [0] * n_shards
-                        try:
-                            for i, fut in enumerate(futures[name]):  # in order: shard assignment is deterministic
-                                case_id, image, label, case_warnings, stats = fut.result()
-                                case_stats.append(stats)
-                                for text in case_warnings:
-                                    (warn or _print_warning)(text)
-                                writers[i % n_shards].write(_serialize(case_id, image, label))
-                                counts[i % n_shards] += 1
-                                done += 1
-                                if progress:
-                                    progress(done, total)
-                        finally:
-                            for w in writers:
-                                w.close()
-                        manifest["splits"][name] = {
-                            "cases": ids,
-                            "num_cases": len(ids),
-                            "shards": [
-                                {"file": f.name, "num_cases": c, "sha256": _sha256(f), "bytes": f.stat().st_size}
-                                for f, c in zip(files, counts, strict=True)
-                                if c > 0
-                            ],
-                        }
-                        for f, c in zip(files, counts, strict=True):
-                            if c == 0:
-                                f.unlink()
+                        manifest["splits"][name] = job.write_split(
+                            tmp, name, splits[name], futures[name], case_stats, counter, warn or _print_warning
+                        )
                 except BaseException:
                     pool.shutdown(wait=True, cancel_futures=True)  # one bad case: do not process the rest
                     raise

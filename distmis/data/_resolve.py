@@ -66,5 +66,6 @@ def resolve_prepared(data: DataConfig, *, base_dir: Path | None = None) -> Path:
                 shards=prep.shards,
                 seed=prep.seed,
                 regions=data.regions,
+                normalization=prep.normalization,
             )
     return target

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -110,12 +111,12 @@ def render_case(
 
 
 def _save_gif(
-    fig,
-    axes,
+    fig: Any,
+    axes: Any,
     image: np.ndarray,
     label: np.ndarray,
     names: list[str],
-    path: Path,  # noqa: ANN001
+    path: Path,
     signature: str,
 ) -> None:
     """All slices as an animated GIF, with ``signature`` as its comment (Pillow writes it)."""

@@ -18,13 +18,20 @@ from __future__ import annotations
 import csv
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from distmis.data._msd import MsdCase, load_case_label, load_nifti, read_dataset_json
+from distmis.data import (
+    MsdCase,
+    geometry_difference,
+    load_case_label,
+    load_nifti,
+    load_nifti_header,
+    read_dataset_json,
+)
 from distmis.exceptions import DataError
 from distmis.files import atomic_directory, atomic_file, check_output, check_replaceable, write_json_atomic
 from distmis.inference._metrics import METRICS, mask_metrics, summarise
@@ -42,6 +49,7 @@ class EvaluationResult:
     summary: dict[str, Any]
     failed: list[CaseOutcome]
     mlflow_run_id: str | None = None
+    outcomes: list[CaseOutcome] = field(default_factory=list)
 
 
 def raw_dataset(source: Path) -> Path:
@@ -67,7 +75,7 @@ def evaluation_cases(source: Path, split: str) -> list[MsdCase]:
         if not ids:
             raise DataError(f"{source / 'info.json'}: split {split!r} has no cases")
         raw = Path(manifest.info["source"]["path"])
-        dataset = read_dataset_json(raw)
+        dataset = read_dataset_json(raw, require_files=False)  # this split's files are checked per case
         by_id = {c.case_id: c for c in dataset.training}
         missing = [i for i in ids if i not in by_id]
         if missing:
@@ -79,7 +87,7 @@ def evaluation_cases(source: Path, split: str) -> list[MsdCase]:
                 f"--split {split}: {source} is an MSD directory, which has no splits; pass --split all, or the "
                 "prepared directory"
             )
-        return list(read_dataset_json(source).training)
+        return list(read_dataset_json(source, require_files=False).training)
     raise DataError(f"{source}: expected a prepared directory (info.json) or an MSD directory (dataset.json)")
 
 
@@ -102,25 +110,39 @@ def score_case(record: ModelRecord, case: MsdCase, prediction: Path) -> dict[str
     """Metrics of one case: per label value and per region (``dice_ET``, ``hd95_mm_WT``, ...), and
     under the plain names the mean over the label values (region models: over the regions)."""
     # the prediction carries the source image's header (write_segmentation), so its zooms are the scan's
-    pred, _, header = load_nifti(prediction, dtype=np.float32)
+    pred, affine, header = load_nifti(prediction, dtype=np.float32)
     spacing = [float(z) for z in header.get_zooms()[:3]]  # type: ignore[attr-defined]
     assert case.label is not None
+    label_affine = load_nifti_header(case.label)[0]
+    diff = geometry_difference(affine, label_affine)
+    if diff:  # the prediction is written in its scan's geometry: a label elsewhere cannot be scored
+        raise DataError(f"{case.label}: not aligned with the prediction {prediction}: {diff}")
     truth = load_case_label(case.label, pred.shape, {int(k): v for k, v in record.preprocessing["labels"].items()})
-    row: dict[str, Any] = {"case_id": case.case_id}
+    row: dict[str, Any] = {"case_id": case.case_id, **score_labels(record, truth, pred, spacing)}
+    row["spacing_mm"] = "x".join(f"{s:g}" for s in spacing)
+    return row
+
+
+def score_labels(
+    record: ModelRecord, truth: np.ndarray, pred: np.ndarray, spacing: list[float], *, distances: bool = True
+) -> dict[str, float]:
+    """Metrics of a predicted label map against the truth, both in the scan's grid: per label value and
+    per region (``dice_ET``, ...), and under the plain names the mean over the label values (region
+    models: over the regions). ``distances=False`` skips HD95 (cross-validation needs overlaps only)."""
+    row: dict[str, float] = {}
     averaged = []
     main_kind = "region" if record.preprocessing["label_mode"] == "regions" else "label"
     for name, values, kind in scored_masks(record):
         t = truth > 0 if values is None else np.isin(truth, values)
         p = pred > 0 if values is None else np.isin(pred, values)
-        m = mask_metrics(t, p, spacing)
+        m = mask_metrics(t, p, spacing if distances else None)
         if values is None or kind == main_kind:
             averaged.append(m)
         if values is not None:
             row.update({f"{k}_{name}": v for k, v in m.items()})
-    for metric in METRICS:
+    for metric in averaged[0] if averaged else []:
         vals = [m[metric] for m in averaged]
         row[metric] = vals[0] if len(vals) == 1 else float(np.mean(vals))
-    row["spacing_mm"] = "x".join(f"{s:g}" for s in spacing)
     return row
 
 
@@ -189,6 +211,78 @@ def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
         writer.writerows(rows)
 
 
+def _score_all(
+    record: ModelRecord, cases: list[MsdCase], jobs: list[CaseJob], outcomes: list[CaseOutcome]
+) -> tuple[list[dict[str, Any]], list[tuple[MsdCase, Path]], list[CaseOutcome]]:
+    """Score every predicted case: (rows, the cases scored with their predictions, the failed cases)."""
+    rows: list[dict[str, Any]] = []
+    failed = [o for o in outcomes if not o.ok]
+    scored: list[tuple[MsdCase, Path]] = []
+    for case, job, outcome in zip(cases, jobs, outcomes, strict=True):
+        if not outcome.ok:
+            continue
+        try:
+            row = score_case(record, case, job.out)
+        except DataError as exc:  # e.g. a corrupt label file: this case fails, the others count
+            outcome.error = str(exc)
+            failed.append(outcome)
+            job.out.unlink(missing_ok=True)
+            continue
+        row["seconds"] = round(outcome.seconds, 3)
+        rows.append(row)
+        scored.append((case, job.out))
+    return rows, scored, failed
+
+
+def check_cases(cases: list[MsdCase], record: ModelRecord | None, listed_in: Path) -> None:
+    """Before anything is predicted: every case of the split can be read, and its label lies on its
+    scan's grid, with the same rule as ``distmis prepare`` (shape, spacing, origin, axis direction).
+    A label flipped against its scan was scored as if it matched.
+
+    Raises:
+        DataError: naming the file and the difference.
+    """
+    from distmis.data import check_case_files, check_case_headers
+
+    for case in cases:
+        check_case_files(case, listed_in)
+        check_case_headers(case, record.channels if record is not None else _channels(case))
+
+
+def _channels(case: MsdCase) -> int:
+    """The channel count of the case's own image (when no model says how many there must be)."""
+    from distmis.data import load_nifti_header
+
+    shape = load_nifti_header(case.image)[1]
+    return shape[3] if len(shape) == 4 else 1
+
+
+def _summary(
+    model_dir: Path,
+    source: Path,
+    split: str,
+    cases: int,
+    rows: list[dict[str, Any]],
+    failed: list[CaseOutcome],
+    outcomes: list[CaseOutcome],
+    patch: tuple[int, int, int],
+) -> dict[str, Any]:
+    return {
+        "model": str(model_dir.resolve()),
+        "source": str(source.resolve()),
+        "split": split,
+        "cases": cases,
+        "scored": len(rows),
+        "failed": [{"case_id": o.case_id, "error": o.error} for o in failed],
+        "options": {"patch": list(patch)},
+        "timing": {
+            "predict_seconds": round(sum(o.seconds for o in outcomes if o.ok), 3),
+            "network_seconds": round(sum(o.network_seconds for o in outcomes if o.ok), 3),
+        },
+        "metrics": {m: summarise([r[m] for r in rows]) for m in _metric_columns(rows)},
+    }
+
+
 def evaluate(
     model_dir: str | Path,
     source: str | Path,
@@ -217,6 +311,7 @@ def evaluate(
     check_replaceable(out, option="--out", overwrite=overwrite)
     options.check()
     options.resolved_patch(record)
+    check_cases(cases, record, raw_dataset(source) / "dataset.json")
     with atomic_directory(out, command="evaluate", overwrite=overwrite, option="--out") as tmp:
         jobs = [CaseJob(c.case_id, c.image, tmp / "predictions" / f"{c.case_id}.nii.gz") for c in cases]
         outcomes = predict_cases(
@@ -229,42 +324,15 @@ def evaluate(
             gpus_per_worker=gpus_per_worker,
             on_done=on_done,
         )
-        rows: list[dict[str, Any]] = []
-        failed = [o for o in outcomes if not o.ok]
-        scored: list[tuple[MsdCase, Path]] = []
-        for case, job, outcome in zip(cases, jobs, outcomes, strict=True):
-            if not outcome.ok:
-                continue
-            try:
-                row = score_case(record, case, job.out)
-            except DataError as exc:  # e.g. a corrupt label file: this case fails, the others count
-                outcome.error = str(exc)
-                failed.append(outcome)
-                job.out.unlink(missing_ok=True)
-                continue
-            row["seconds"] = round(outcome.seconds, 3)
-            rows.append(row)
-            scored.append((case, job.out))
-        summary: dict[str, Any] = {
-            "model": str(model_dir.resolve()),
-            "source": str(source.resolve()),
-            "split": split,
-            "cases": len(cases),
-            "scored": len(rows),
-            "failed": [{"case_id": o.case_id, "error": o.error} for o in failed],
-            "options": {
-                "patch": list(options.resolved_patch(record)),
-                "overlap": options.overlap,
-                "blend": options.blend,
-                "batch_size": options.batch_size,
-            },
-            "metrics": {m: summarise([r[m] for r in rows]) for m in _metric_columns(rows)},
-        }
+        rows, scored, failed = _score_all(record, cases, jobs, outcomes)
+        summary = _summary(model_dir, source, split, len(cases), rows, failed, outcomes, options.resolved_patch(record))
+        summary["options"].update(overlap=options.overlap, blend=options.blend, batch_size=options.batch_size)
+        summary["options"]["tta"] = options.mirrored(record)
         if rows:
             _write_csv(tmp / "metrics.csv", rows)
             plot_cases(record, scored[:MAX_PICTURED], tmp / "cases.png")
         write_json_atomic(tmp / "summary.json", summary)
-    result = EvaluationResult(out, rows, summary, failed)
+    result = EvaluationResult(out, rows, summary, failed, outcomes=outcomes)
     if track and rows:
         result.mlflow_run_id = log_evaluation(model_dir, out, summary)
     return result
@@ -315,6 +383,8 @@ def log_evaluation(model_dir: Path, out: Path, summary: dict[str, Any]) -> str |
         run_id = run.info.run_id
         for key, value in summary["options"].items():
             client.log_param(run_id, f"predict.{key}", json.dumps(value) if isinstance(value, list) else value)
+        for key, value in summary.get("timing", {}).items():
+            client.log_metric(run_id, key, value)
         for metric, stats in summary["metrics"].items():
             for stat in ("mean", "median"):
                 if np.isfinite(stats[stat]):

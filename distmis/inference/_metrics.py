@@ -46,8 +46,8 @@ def hausdorff95(truth: np.ndarray, pred: np.ndarray, spacing: Sequence[float], q
     return max(_directed(sp, st, spacing, q), _directed(st, sp, spacing, q))
 
 
-def mask_metrics(truth: np.ndarray, pred: np.ndarray, spacing: Sequence[float]) -> dict[str, float]:
-    """Dice, IoU, HD95 (mm), sensitivity and specificity of one binary mask pair."""
+def mask_metrics(truth: np.ndarray, pred: np.ndarray, spacing: Sequence[float] | None) -> dict[str, float]:
+    """Dice, IoU, HD95 (mm), sensitivity and specificity of one binary mask pair (no HD95 without ``spacing``)."""
     truth, pred = truth.astype(bool), pred.astype(bool)
     if truth.shape != pred.shape:
         raise ValueError(f"truth shape {truth.shape} != prediction shape {pred.shape}")
@@ -58,7 +58,7 @@ def mask_metrics(truth: np.ndarray, pred: np.ndarray, spacing: Sequence[float]) 
     return {
         "dice": 1.0 if tp + fp + fn == 0 else 2 * tp / (2 * tp + fp + fn),
         "iou": 1.0 if tp + fp + fn == 0 else tp / (tp + fp + fn),
-        "hd95_mm": hausdorff95(truth, pred, spacing),
+        **({"hd95_mm": hausdorff95(truth, pred, spacing)} if spacing is not None else {}),
         "sensitivity": tp / (tp + fn) if tp + fn else math.nan,
         "specificity": tn / (tn + fp) if tn + fp else math.nan,
     }

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, StrictStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, StrictStr, model_validator
 
 from distmis.documents import load_json_document
 from distmis.exceptions import ConfigError, InferenceError
@@ -25,6 +25,22 @@ if TYPE_CHECKING:
     from distmis.config import ExperimentConfig
 
 REQUIRED = ("config.yaml", "weights.npz", "preprocessing.json")
+
+
+class _ChannelNormalisation(BaseModel):
+    """One channel's recorded normalisation (CT: its clip range, mean and standard deviation)."""
+
+    model_config = ConfigDict(extra="allow")
+    scheme: Literal["zscore", "ct", "none"]
+    clip: tuple[FiniteFloat, FiniteFloat] | None = None
+    mean: FiniteFloat | None = None
+    std: FiniteFloat | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _ct_complete(self) -> _ChannelNormalisation:
+        if self.scheme == "ct" and (self.clip is None or self.mean is None or self.std is None):
+            raise ValueError("a ct channel needs clip, mean and std")
+        return self
 
 
 class _Preprocessing(BaseModel):
@@ -38,6 +54,8 @@ class _Preprocessing(BaseModel):
     num_classes: int = Field(ge=1)
     regions: dict[str, list[int]] | None = None
     normalisation: StrictStr
+    #: per channel (older models: none, and every channel is z-scored per case)
+    channel_normalisation: list[_ChannelNormalisation] | None = None
     resize: Literal["crop_pad", "resample"]
     shape: tuple[int, int, int]
 
@@ -47,6 +65,10 @@ class _Preprocessing(BaseModel):
             raise ValueError(f"shape must be 3 positive integers, got {list(self.shape)}")
         if len(self.modalities) != self.channels:
             raise ValueError(f"channels {self.channels} but {len(self.modalities)} modalities")
+        if self.channel_normalisation is not None and len(self.channel_normalisation) != self.channels:
+            raise ValueError(
+                f"channel_normalisation has {len(self.channel_normalisation)} entries for {self.channels} channels"
+            )
         if (self.label_mode == "binary") != (self.num_classes == 1) and self.label_mode != "regions":
             raise ValueError(f"label_mode {self.label_mode!r} does not go with num_classes {self.num_classes}")
         if self.label_mode == "regions" and len(self.regions or {}) != self.num_classes:
@@ -64,6 +86,21 @@ class ModelRecord:
     directory: Path
     config: ExperimentConfig
     preprocessing: dict[str, Any]
+    #: an ensemble's members (single models), averaged; empty for a single model
+    members: tuple[ModelRecord, ...] = ()
+    #: masks whose largest connected component alone is kept (chosen by cross-validation)
+    largest_component: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    #: predicted with test-time mirroring unless asked otherwise (an ensemble of finalize: yes)
+    tta: bool = False
+
+    @property
+    def is_ensemble(self) -> bool:
+        return bool(self.members)
+
+    @property
+    def singles(self) -> tuple[ModelRecord, ...]:
+        """The single models whose outputs are averaged (the model itself when it is one)."""
+        return self.members or (self,)
 
     @property
     def channels(self) -> int:
@@ -89,17 +126,50 @@ class ModelRecord:
         return 2 ** (self.config.model.depth - 1)
 
 
+ENSEMBLE = "ensemble.json"
+ENSEMBLE_FORMAT = "distmis-ensemble/1"
+
+
+class _Mask(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: StrictStr
+    values: list[int]
+
+
+class _Ensemble(BaseModel):
+    """The structure of ``ensemble.json`` (``distmis finalize`` writes it into ``final/``)."""
+
+    model_config = ConfigDict(extra="allow")
+    format: Literal["distmis-ensemble/1"]
+    members: list[StrictStr] = Field(min_length=1)
+    largest_component: list[_Mask] = []
+    tta: bool = True
+
+
 def read_model_record(directory: str | Path) -> ModelRecord:
     """Check a model directory and read its configuration and preprocessing record.
 
-    Raises:
-        InferenceError: a file is missing or unreadable, naming it and what was expected.
-    """
-    from distmis.config import load_config
+    A model directory is a single model (``best/`` of a run or a search: ``config.yaml``,
+    ``weights.npz``, ``preprocessing.json``) or an ensemble (``final/`` of a finalize:
+    ``ensemble.json`` naming member directories that are single models, trained on the same
+    preprocessing). Every member is checked here, before any case is read.
 
+    Raises:
+        InferenceError: a file is missing, unreadable or inconsistent, naming it.
+    """
     directory = Path(directory)
     if not directory.is_dir():
-        raise InferenceError(f"{directory}: not a model directory (expected the best/ directory of a run or search)")
+        raise InferenceError(
+            f"{directory}: not a model directory (expected best/ of a run or search, or final/ of a finalize)"
+        )
+    if (directory / ENSEMBLE).is_file():
+        return _read_ensemble(directory)
+    return _read_single(directory)
+
+
+def _read_single(directory: Path) -> ModelRecord:
+    from distmis.config import load_config
+
     missing = [name for name in REQUIRED if not (directory / name).is_file()]
     if missing:
         raise InferenceError(
@@ -110,13 +180,58 @@ def read_model_record(directory: str | Path) -> ModelRecord:
         config = load_config(directory / "config.yaml")
     except ConfigError as exc:
         raise InferenceError(f"{directory / 'config.yaml'}: {exc}") from None
+    _check_archive(directory / "weights.npz")
     path = directory / "preprocessing.json"
     record = load_json_document(_Preprocessing, path, error=InferenceError, what="a preprocessing record").model_dump()
     return ModelRecord(directory=directory, config=config, preprocessing=record)
 
 
+def _check_archive(path: Path) -> None:
+    """A weights file that is a readable array archive (a truncated or replaced one is named now)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+            bad = archive.testzip()
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise InferenceError(f"{path}: not a readable weights archive ({exc})") from None
+    if bad is not None or not names:
+        raise InferenceError(f"{path}: a damaged weights archive ({bad or 'empty'})")
+
+
+def _read_ensemble(directory: Path) -> ModelRecord:
+    spec = load_json_document(_Ensemble, directory / ENSEMBLE, error=InferenceError, what="an ensemble record")
+    members: list[ModelRecord] = []
+    for name in spec.members:
+        where = (directory / name).resolve()
+        if directory.resolve() not in where.parents:
+            raise InferenceError(f"{directory / ENSEMBLE}: member {name!r} lies outside the model directory")
+        if not where.is_dir():
+            raise InferenceError(f"{directory / name}: a member of the ensemble {directory} is missing")
+        members.append(_read_single(directory / name))
+    first = members[0]
+    keys = ("channels", "modalities", "labels", "label_mode", "num_classes", "regions", "channel_normalisation")
+    for member in members[1:]:
+        differs = [k for k in keys if member.preprocessing.get(k) != first.preprocessing.get(k)]
+        if differs:
+            raise InferenceError(
+                f"{member.directory}: its {', '.join(differs)} differ from {first.directory}'s; an ensemble's "
+                "members must be trained on the same data"
+            )
+    masks = tuple((m.name, tuple(m.values)) for m in spec.largest_component)
+    return ModelRecord(
+        directory=directory,
+        config=first.config,
+        preprocessing=first.preprocessing,
+        members=tuple(members),
+        largest_component=masks,
+        tta=spec.tta,
+    )
+
+
 def build_model(record: ModelRecord) -> keras.Model:
-    """Rebuild the U-Net from the recorded configuration and load ``weights.npz`` into it.
+    """Rebuild the U-Net of a single model from its configuration and load ``weights.npz`` into it.
 
     Built in float32 whatever the training precision: the stored variables are float32 under
     every Keras mixed-precision policy, and inference accuracy should not depend on it.
@@ -127,6 +242,8 @@ def build_model(record: ModelRecord) -> keras.Model:
     from distmis.model import build_unet
     from distmis.training import assign_by_path, load_arrays
 
+    if record.is_ensemble:
+        raise InferenceError(f"{record.directory}: an ensemble; build its members with build_models")
     keras.mixed_precision.set_global_policy("float32")
     model = build_unet(
         record.config.model,
@@ -142,15 +259,58 @@ def build_model(record: ModelRecord) -> keras.Model:
     return model
 
 
-def make_predict_fn(model: keras.Model):  # noqa: ANN201
-    """A compiled (B, x, y, z, C) -> (B, x, y, z, K) function; retraced only per cube shape."""
-    import tensorflow as tf
+def build_models(record: ModelRecord) -> list[keras.Model]:
+    """Every model whose outputs are averaged: the model itself, or an ensemble's members (all
+    kept loaded: measured in ``benchmarks/predict.py``, reloading a member per cube batch costs
+    far more time than the few MB a 3D U-Net's weights take)."""
+    return [build_model(single) for single in record.singles]
 
-    @tf.function(reduce_retracing=True)
-    def _forward(x: tf.Tensor) -> tf.Tensor:
-        return model(x, training=False)
 
-    def predict(cubes: np.ndarray) -> np.ndarray:
-        return _forward(tf.convert_to_tensor(cubes, tf.float32)).numpy()
+#: the mirrorings of test-time augmentation: every subset of the three spatial axes (nnU-Net's 8)
+MIRROR_AXES: tuple[tuple[int, ...], ...] = ((), (1,), (2,), (3,), (1, 2), (1, 3), (2, 3), (1, 2, 3))
 
-    return predict
+
+class PredictFn:
+    """A compiled (B, x, y, z, C) -> (B, x, y, z, K) function; retraced only per cube shape.
+
+    With ``tta`` every cube is also predicted mirrored along each subset of the spatial axes and
+    the 8 outputs, mirrored back, are averaged (nnU-Net's test-time mirroring): 8 forward passes
+    per cube, memory still bounded by the cube batch. ``seconds`` and ``cubes`` count the time
+    spent in the network, so a command can print what the augmentation cost.
+    """
+
+    def __init__(self, model: keras.Model | list[keras.Model], *, tta: bool = False) -> None:
+        import tensorflow as tf
+
+        models = model if isinstance(model, list) else [model]
+        axes = MIRROR_AXES if tta else ((),)
+        self.passes = len(axes) * len(models)
+        self.seconds = 0.0
+        self.cubes = 0
+
+        @tf.function(reduce_retracing=True)
+        def _forward(x: tf.Tensor) -> tf.Tensor:
+            outputs = []
+            for member in models:  # an ensemble: its members' probabilities averaged, per cube batch
+                for mirror in axes:
+                    y = member(tf.reverse(x, mirror) if mirror else x, training=False)
+                    outputs.append(tf.reverse(y, mirror) if mirror else y)
+            return tf.add_n(outputs) / float(len(outputs))
+
+        self._forward = _forward
+
+    def __call__(self, cubes: np.ndarray) -> np.ndarray:
+        import time
+
+        import tensorflow as tf
+
+        start = time.perf_counter()
+        out = self._forward(tf.convert_to_tensor(cubes, tf.float32)).numpy()
+        self.seconds += time.perf_counter() - start
+        self.cubes += len(cubes)
+        return out
+
+
+def make_predict_fn(model: keras.Model | list[keras.Model], *, tta: bool = False) -> PredictFn:
+    """See :class:`PredictFn`."""
+    return PredictFn(model, tta=tta)

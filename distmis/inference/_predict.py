@@ -23,11 +23,11 @@ from typing import Any
 
 import numpy as np
 
-from distmis.data._msd import case_id_of, load_case_image
-from distmis.data._prepare import resample, zscore_nonzero
+from distmis.data import case_id_of, load_case_image, normalize, resample
 from distmis.exceptions import DistmisError, InferenceError
 from distmis.files import atomic_file, check_output, check_replaceable
-from distmis.inference._model import ModelRecord, build_model, make_predict_fn, read_model_record
+from distmis.inference._model import ModelRecord, build_models, make_predict_fn, read_model_record
+from distmis.inference._postprocess import keep_largest_components
 from distmis.inference._window import BLENDS, sliding_window_predict
 
 
@@ -40,6 +40,12 @@ class PredictOptions:
     blend: str = "gaussian"
     batch_size: int = 2
     threshold: float = 0.5
+    #: test-time mirroring: every cube predicted under the 8 mirrorings of its axes, averaged
+    #: (None: the model's own choice; a finalize's ensemble mirrors, a single model does not)
+    tta: bool | None = None
+
+    def mirrored(self, record: ModelRecord) -> bool:
+        return record.tta if self.tta is None else self.tta
 
     def resolved_patch(self, record: ModelRecord) -> tuple[int, int, int]:
         patch = tuple(self.patch) if self.patch is not None else record.default_patch
@@ -77,6 +83,8 @@ class CaseOutcome:
     shape: list[int] = field(default_factory=list)
     cubes: int = 0
     worker: str = ""
+    network_seconds: float = 0.0  # of ``seconds``, the time in the network
+    passes: int = 1  # network passes per cube: mirrorings x ensemble members
 
     @property
     def ok(self) -> bool:
@@ -96,7 +104,7 @@ def predict_probabilities(
 ) -> np.ndarray:
     """Raw image (X, Y, Z, C) -> class probabilities (X, Y, Z, K) in the same voxel grid."""
     spatial = image.shape[:3]
-    x = zscore_nonzero(image)
+    x = normalize(image, record.preprocessing.get("channel_normalisation"))
     if record.preprocessing["resize"] == "resample":
         x = resample(x, record.training_shape, order=1)
     probs = sliding_window_predict(
@@ -156,6 +164,7 @@ def predict_case(
 ) -> CaseOutcome:
     """Predict one scan and write its segmentation; errors become the outcome, nothing is written."""
     start = time.perf_counter()
+    network_before = getattr(predict, "seconds", 0.0)
     outcome = CaseOutcome(job.case_id, str(job.image), None, worker=f"{os.uname().nodename}:{os.getpid()}")
     try:
         image, affine, header = load_case_image(job.image, record.channels)
@@ -168,13 +177,18 @@ def predict_case(
 
         probs = predict_probabilities(image, record, predict, options, counted)
         regions = record.preprocessing.get("regions") if record.preprocessing["label_mode"] == "regions" else None
-        write_segmentation(probabilities_to_labels(probs, options.threshold, regions), affine, header, job.out)
+        labels = probabilities_to_labels(probs, options.threshold, regions)
+        if record.largest_component:  # an ensemble's post-processing, chosen by cross-validation
+            labels = keep_largest_components(labels, record.largest_component)
+        write_segmentation(labels, affine, header, job.out)
         outcome.out = str(job.out)
     except DistmisError as exc:
         outcome.error = str(exc)
-    except Exception as exc:  # a bug or a TensorFlow error on this case: report it, go on with the others
+    except Exception as exc:  # noqa: BLE001 - a bug or a TensorFlow error on this case: report it, go on with the others
         outcome.error = f"{job.image}: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"
     outcome.seconds = time.perf_counter() - start
+    outcome.network_seconds = getattr(predict, "seconds", 0.0) - network_before
+    outcome.passes = int(getattr(predict, "passes", 1))
     return outcome
 
 
@@ -202,6 +216,10 @@ def plan_jobs(inputs: Path, out: Path, *, model_dir: Path | None = None, overwri
 
 
 def _plan(inputs: Path, out: Path) -> list[CaseJob]:
+    nifti_out = out.name.endswith((".nii.gz", ".nii"))
+    if out.exists() and not out.is_dir() and not (nifti_out and out.is_file()):
+        what = "a file" if out.is_file() else "not a regular file or a directory"
+        raise InferenceError(f"--out {out}: exists and is {what}; give a directory, or a .nii/.nii.gz file to write")
     if inputs.is_file():
         if not _is_nifti(inputs):
             raise InferenceError(f"{inputs}: expected a .nii or .nii.gz image")
@@ -226,7 +244,7 @@ class _LocalPredictor:
         configure_tensorflow(threads)
         self.record = read_model_record(model_dir)
         self.options = options
-        self.predict = make_predict_fn(build_model(self.record))
+        self.predict = make_predict_fn(build_models(self.record), tta=options.mirrored(self.record))
 
     def run(self, job: CaseJob, progress: Callable[[int, int], None] | None = None) -> CaseOutcome:
         return predict_case(job, self.record, self.predict, self.options, progress)
@@ -277,7 +295,7 @@ def _predict_on_ray(
 ) -> list[CaseOutcome]:
     import ray
 
-    from distmis.tuning._ray import init_ray
+    from distmis.raysession import init_ray
 
     started_here = not (address or os.environ.get("RAY_ADDRESS"))
     connected_here = not ray.is_initialized()  # leave a caller's own Ray session alone

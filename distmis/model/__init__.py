@@ -8,13 +8,16 @@ from distmis.model._losses import (
     get_loss,
     hard_prediction,
     iou_score,
+    resolve_loss,
     soft_dice,
 )
 from distmis.model._optimizers import build_optimizer
+from distmis.model._schedules import SCHEDULES, learning_rate_at, learning_rate_schedule
 from distmis.model._unet import build_unet
 
 __all__ = [
     "LOSSES",
+    "SCHEDULES",
     "build_optimizer",
     "build_unet",
     "class_scores",
@@ -23,5 +26,8 @@ __all__ = [
     "get_loss",
     "hard_prediction",
     "iou_score",
+    "learning_rate_at",
+    "learning_rate_schedule",
+    "resolve_loss",
     "soft_dice",
 ]

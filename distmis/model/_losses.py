@@ -123,6 +123,18 @@ LOSSES: dict[str, Callable[..., tf.Tensor]] = {
 }
 
 
+def resolve_loss(name: str, label_mode: str) -> str:
+    """``auto``: Dice for one binary channel; Dice + cross-entropy for softmax classes and sigmoid regions.
+
+    nnU-Net trains every task with Dice + cross-entropy: the Dice term balances the classes, the
+    cross-entropy term gives every voxel its own gradient, which thin structures (one or two voxels
+    across) need; a binary tumour mask at these sizes trains as well with Dice alone.
+    """
+    if name != "auto":
+        return name
+    return "dice" if label_mode == "binary" else "dice_ce"
+
+
 def get_loss(name: str, label_mode: str | None = None) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
     """Look a per-example loss up by name; with ``label_mode``, bound to its output kind
     (``multiclass`` softmax: background channel excluded; ``binary``/``regions`` sigmoid: all channels)."""

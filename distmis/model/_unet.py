@@ -108,7 +108,7 @@ def _remat_block_class():  # noqa: ANN202 - built lazily: Keras is imported only
                 x = layer(x, training=training) if _takes_training(layer) else layer(x)
             return x
 
-        def call(self, inputs, training=None):  # noqa: ANN001, ANN201
+        def call(self, inputs, training=None):  # noqa: ANN001, ANN202 - Keras tensors
             tensors = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
             if not training:  # inference (and the symbolic build) keeps nothing for a backward pass
                 return self._forward(tensors, training)

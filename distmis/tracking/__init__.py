@@ -1,6 +1,7 @@
 """Tracking: MLflow parent/child runs of a search, plots of its results."""
 
-from distmis.tracking._mlflow import EPOCH_METRICS, PENDING_FILE, STATE_FILE, SearchTracker, flatten
+from distmis.tracking._callback import MlflowTrialCallback
+from distmis.tracking._mlflow import BACKOFF_MAX, PENDING_FILE, START_SECONDS, STATE_FILE, SearchTracker, flatten
 from distmis.tracking._plots import learning_curves, optuna_plots, search_plots
 from distmis.tracking._uri import (
     default_tracking_uri,
@@ -12,8 +13,10 @@ from distmis.tracking._uri import (
 )
 
 __all__ = [
-    "EPOCH_METRICS",
+    "BACKOFF_MAX",
     "PENDING_FILE",
+    "MlflowTrialCallback",
+    "START_SECONDS",
     "STATE_FILE",
     "SearchTracker",
     "default_tracking_uri",

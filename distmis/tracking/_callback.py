@@ -13,7 +13,18 @@ from typing import Any
 
 from ray.tune import Callback
 
-from distmis.tracking._mlflow import EPOCH_METRICS, SearchTracker, flatten
+from distmis.metrics import (
+    FAILURE,
+    GROUP_STARTUP,
+    PID,
+    REPORTED_AT,
+    STARTED_AT,
+    TRACKED,
+    WARM,
+    is_class_metric,
+)
+from distmis.space import sampled_params
+from distmis.tracking._mlflow import SearchTracker, flatten
 
 
 class MlflowTrialCallback(Callback):
@@ -24,7 +35,6 @@ class MlflowTrialCallback(Callback):
 
     def _params(self, trial: Any) -> dict[str, str]:
         from distmis.config import ExperimentConfig, apply_params
-        from distmis.tuning._keys import sampled_params
 
         cfg = apply_params(ExperimentConfig.model_validate(self.base_config), sampled_params(trial.config))
         data = cfg.to_yaml_dict()
@@ -46,8 +56,6 @@ class MlflowTrialCallback(Callback):
         return tags
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        from distmis.tuning._keys import sampled_params
-
         searched = sampled_params(trial.config or {})  # grid / fixed points: the point's names, not "grid_point"
         self.tracker.trial_started(
             trial.trial_id,
@@ -59,29 +67,27 @@ class MlflowTrialCallback(Callback):
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
         if "epoch" not in result:
             return
-        if result.get("training_iteration") == 1 and result.get("trial_started_at"):
+        if result.get("training_iteration") == 1 and result.get(STARTED_AT):
             # where the time before training went (read back by the comparison notebook)
-            overhead = float(result["finished_at"]) - float(result["trial_started_at"]) - float(result["epoch_seconds"])
+            overhead = float(result["finished_at"]) - float(result[STARTED_AT]) - float(result["epoch_seconds"])
             self.tracker.trial_tags(
                 trial.trial_id,
                 {
-                    "distmis.group_startup_seconds": repr(float(result.get("group_startup_seconds", 0.0))),
-                    "distmis.warm": str(bool(result.get("warm_start"))).lower(),
+                    "distmis.group_startup_seconds": repr(float(result.get(GROUP_STARTUP, 0.0))),
+                    "distmis.warm": str(bool(result.get(WARM))).lower(),
                     "distmis.overhead_seconds": repr(overhead),
-                    "distmis.slot": str(result.get("trial_pid", "")),
+                    "distmis.slot": str(result.get(PID, "")),
                 },
             )
-        metrics = {k: result[k] for k in EPOCH_METRICS if k in result}
+        metrics = {k: result[k] for k in TRACKED if k in result}
         metrics.update(
-            {k: v for k, v in result.items() if k.startswith(("val_dice_", "val_iou_")) and isinstance(v, (int, float))}
+            {k: v for k, v in result.items() if is_class_metric(k) and isinstance(v, (int, float))}
         )  # per class / region
         self.tracker.trial_result(
-            trial.trial_id, int(result["epoch"]), metrics, float(result.get("trial_reported_at", time.time()))
+            trial.trial_id, int(result["epoch"]), metrics, float(result.get(REPORTED_AT, time.time()))
         )
 
     def _finish(self, trial: Any, status: str) -> None:
-        from distmis.tuning._keys import FAILURE
-
         epochs = int((trial.last_result or {}).get("epoch", 0))
         last = trial.last_result or {}
         if last.get(FAILURE):  # its configuration could not be trained: reported once, as a failure
@@ -94,7 +100,7 @@ class MlflowTrialCallback(Callback):
         if last.get(FAILURE):
             tags["distmis.error"] = str(last[FAILURE])[:500]
         # measured trial interval (Unix seconds): timelines and time-to-target from MLflow alone
-        for key, tag in (("trial_started_at", "distmis.started_at"), ("trial_reported_at", "distmis.finished_at")):
+        for key, tag in ((STARTED_AT, "distmis.started_at"), (REPORTED_AT, "distmis.finished_at")):
             if last.get(key):
                 tags[tag] = repr(float(last[key]))
         best = Path(self.tracker.out) / "trials" / trial.trial_id / "best"

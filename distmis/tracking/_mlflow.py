@@ -30,25 +30,19 @@ from typing import Any
 from distmis.console import notify
 from distmis.exceptions import TrackingError
 from distmis.files import write_json_atomic
-from distmis.tracking._uri import experiment_id, mlflow_client, redact_uri
+from distmis.redact import redact, redact_uri
+from distmis.tracking._uri import experiment_id, mlflow_client
+from distmis.waits import call_within
 
 STATE_FILE = "mlflow.json"
 PENDING_FILE = "mlflow_pending.json"
-EPOCH_METRICS = (
-    "loss",
-    "dice",
-    "val_loss",
-    "val_dice",
-    "val_iou",
-    "lr",
-    "epoch_seconds",
-    "train_seconds",
-    "samples_per_second",
-)
 #: back-off between delivery attempts while MLflow does not answer (seconds, doubling)
 BACKOFF_START, BACKOFF_MAX = 1.0, 30.0
 #: retry interval while the end of a search waits for the queue (seconds)
 HURRY_RETRY = 1.0
+#: how long a search waits for its tracking store to answer at the start (an HTTP server gets
+#: MLflow's own 10 s timeout and one retry; a database that accepts and never answers gets this)
+START_SECONDS = 45.0
 
 _log = logging.getLogger(__name__)
 
@@ -93,6 +87,7 @@ class _Channel:
         self._thread: threading.Thread | None = None
         self._client: Any = None
         self._warned = False
+        self._save_warned = False
         self.backoff = 0.0
         self.blocked_seconds = 0.0  # time callers spent waiting on this channel (should stay ~0)
         state_path, pending_path = out / STATE_FILE, out / PENDING_FILE
@@ -106,13 +101,25 @@ class _Channel:
         return self._client
 
     def save(self) -> None:
+        """Persist the run mapping and the queue; a full disk does not stop the search (they stay in
+        memory, said once) and is retried at the next save."""
         with self.lock:
-            write_json_atomic(self.out / STATE_FILE, self.state)
-            pending = self.out / PENDING_FILE
-            if self.queue:
-                write_json_atomic(pending, self.queue)
-            elif pending.exists():
-                pending.unlink()
+            try:
+                write_json_atomic(self.out / STATE_FILE, self.state)
+                pending = self.out / PENDING_FILE
+                if self.queue:
+                    write_json_atomic(pending, self.queue)
+                elif pending.exists():
+                    pending.unlink()
+            except OSError as exc:
+                if not self._save_warned:
+                    notify(
+                        f"distmis: warning: cannot write the tracking state in {self.out} ({exc.strerror}); "
+                        "it is kept in memory and written again once there is room"
+                    )
+                    self._save_warned = True
+                return
+            self._save_warned = False
 
     def submit(self, op: dict[str, Any]) -> None:
         """Queue ``op`` (persisted at once) and wake the sender; never waits for MLflow."""
@@ -158,7 +165,7 @@ class _Channel:
                     if not self._warned:
                         notify(
                             f"distmis: warning: MLflow at {redact_uri(self.uri)} is unreachable "
-                            f"({type(exc).__name__}: {redact_uri(str(exc).splitlines()[0][:200] if str(exc) else '')}); "
+                            f"({type(exc).__name__}: {redact(str(exc).splitlines()[0][:200] if str(exc) else '')}); "
                             f"training goes on, tracking is queued in {self.out / PENDING_FILE} and sent when the "
                             "server is back"
                         )
@@ -296,7 +303,7 @@ class SearchTracker:
         return _Channel.of(self.uri, self.out)
 
     @property
-    def client(self):  # noqa: ANN201
+    def client(self) -> Any:
         return self.channel.client
 
     @property
@@ -315,7 +322,9 @@ class SearchTracker:
         return self.channel.flush()
 
     # ------------------------------------------------------------------ the search
-    def start(self, *, params: dict[str, str], tags: dict[str, str], artifacts: list[Path]) -> str:
+    def start(
+        self, *, params: dict[str, str], tags: dict[str, str], artifacts: list[Path], run_name: str | None = None
+    ) -> str:
         """Create (or on resume, reattach to) the parent run. Fails fast if MLflow is unreachable.
 
         Raises:
@@ -325,24 +334,29 @@ class SearchTracker:
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
         if self.state.get("parent_run_id"):
             try:
-                self.client.get_run(self.state["parent_run_id"])
-            except Exception as exc:  # noqa: BLE001
+                call_within(START_SECONDS, lambda: self.client.get_run(self.state["parent_run_id"]))
+            except Exception as exc:  # noqa: BLE001 - unreachable, refused, or the run is gone
                 raise TrackingError(
                     f"MLflow at {redact_uri(self.uri)}: cannot reattach to parent run "
-                    f"{self.state['parent_run_id']}: {str(exc).splitlines()[0][:300]}"
+                    f"{self.state['parent_run_id']}: {redact(str(exc).splitlines()[0][:300])}"
                 ) from None
             self._submit(
                 {"op": "tags", "run": "parent", "tags": {"distmis.resumed_at": time.strftime("%Y-%m-%dT%H:%M:%S")}}
             )
             self._submit({"op": "update", "run": "parent", "fields": {"status": "RUNNING"}})
             return self.state["parent_run_id"]
-        try:
+
+        def create() -> tuple[str, Any]:
             exp_id = experiment_id(self.client, self.uri, self.experiment)
-            parent = self.client.create_run(exp_id, run_name=self.experiment, tags={"distmis.role": "search", **tags})
-        except Exception as exc:  # noqa: BLE001 - the store is down, refuses, or the URI is wrong
+            name = run_name or self.experiment
+            return exp_id, self.client.create_run(exp_id, run_name=name, tags={"distmis.role": "search", **tags})
+
+        try:
+            exp_id, parent = call_within(START_SECONDS, create, name="distmis-mlflow-start")
+        except Exception as exc:  # noqa: BLE001 - the store is down, hangs, refuses, or the URI is wrong
             raise TrackingError(
                 f"MLflow tracking store {redact_uri(self.uri)} is unreachable or unusable: {type(exc).__name__}: "
-                f"{redact_uri(str(exc).splitlines()[0][:300] if str(exc) else '')} (set --tracking-uri, tracking.uri "
+                f"{redact(str(exc).splitlines()[0][:300] if str(exc) else '')} (set --tracking-uri, tracking.uri "
                 "or MLFLOW_TRACKING_URI)"
             ) from None
         with self.channel.lock:

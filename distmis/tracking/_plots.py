@@ -1,8 +1,8 @@
 """Pictures of a finished search (PNG): learning curves and Optuna's study plots.
 
 Optuna's plots are drawn for every algorithm (grid and random too): the study is rebuilt in
-memory from the search's results, one completed Optuna trial per finished Tune trial, with
-the value Tune reported last (ASHA-stopped trials included, as OptunaSearch tells them).
+memory from the search's results as the search's sampler records it: a trial that trained every
+epoch is complete with its best value, one the scheduler stopped is pruned with its last.
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from distmis.config import ExperimentConfig, ParamSpec
+from distmis.config import ExperimentConfig
+from distmis.metrics import LOSS
+from distmis.space import ParamSpec
 
 
 def _distribution(spec: ParamSpec):  # noqa: ANN202
@@ -48,11 +50,12 @@ def learning_curves(out: Path, rows: list[dict[str, str]], metric: str) -> Path:
         path = out / "trials" / r["trial_id"] / "metrics.csv"
         if not path.is_file():
             continue
-        hist = list(csv.DictReader(open(path)))
+        with open(path) as fh:
+            hist = list(csv.DictReader(fh))
         epochs = [int(h["epoch"]) for h in hist]
         style = "--" if r.get("stopped_early") == "True" else "-"
         axes[0].plot(epochs, [float(h[metric]) for h in hist], style, marker="o", ms=3, label=r["trial_id"])
-        axes[1].plot(epochs, [float(h["loss"]) for h in hist], style, marker="o", ms=3)
+        axes[1].plot(epochs, [float(h[LOSS]) for h in hist], style, marker="o", ms=3)
     axes[0].set(xlabel="epoch", ylabel=metric, title=f"{metric} per trial (dashed: stopped early)")
     axes[1].set(xlabel="epoch", ylabel="training loss", title="training loss per trial")
     axes[0].legend(fontsize=7, ncol=2)
@@ -78,14 +81,25 @@ def optuna_plots(out: Path, config: ExperimentConfig, rows: list[dict[str, str]]
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(direction="maximize" if mode == "max" else "minimize", study_name=config.name)
     for r in rows:
-        value = r.get(f"final_{metric}", "")
+        pruned = r.get("stopped_early") == "True"
+        # as the search's sampler saw it: a finished trial's best value, a stopped one's last (pruned)
+        value = r.get(f"final_{metric}" if pruned else f"best_{metric}", "")
         if r["status"] != "TERMINATED" or value in ("", "nan") or math.isnan(float(value)):
             continue
         params, dists = {}, {}
         for name, spec in config.space.items():
             if r.get(name, "") != "":
                 params[name], dists[name] = _parse(r[name], spec), _distribution(spec)
-        study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=float(value)))
+        if pruned:
+            trial = optuna.trial.create_trial(
+                params=params,
+                distributions=dists,
+                state=optuna.trial.TrialState.PRUNED,
+                intermediate_values={int(r.get("epochs") or 1): float(value)},
+            )
+        else:
+            trial = optuna.trial.create_trial(params=params, distributions=dists, value=float(value))
+        study.add_trial(trial)
     made = []
     plots: dict[str, Any] = {
         "optimization_history": optuna.visualization.matplotlib.plot_optimization_history,
@@ -111,7 +125,8 @@ def optuna_plots(out: Path, config: ExperimentConfig, rows: list[dict[str, str]]
 
 
 def search_plots(out: Path, config: ExperimentConfig) -> list[Path]:
-    rows = list(csv.DictReader(open(out / "results.csv")))
+    with open(out / "results.csv") as fh:
+        rows = list(csv.DictReader(fh))
     if not rows:
         return []
     return [learning_curves(out, rows, config.search.metric), *optuna_plots(out, config, rows)]

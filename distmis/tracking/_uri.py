@@ -4,20 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from pathlib import Path
 from typing import Any
 
-# scheme://user:password@host -> scheme://***@host (also a user name alone)
-_CREDENTIALS = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<auth>[^@/?#]*)@")
-REDACTED = "***"
-
-
-def redact_uri(uri: str | None) -> str:
-    """``uri`` with any ``user:password@`` replaced, for printing, tags and files on disk."""
-    if not uri:
-        return uri or ""
-    return _CREDENTIALS.sub(lambda m: f"{m.group('scheme')}{REDACTED}@", uri)
+from distmis.redact import REDACTED, redact_uri
 
 
 def default_tracking_uri(out: Path) -> str:
@@ -44,7 +34,7 @@ def reattach_uri(recorded: str, cli: str | None, config_uri: str | None, out: Pa
     return recorded.replace(f"{REDACTED}@", "", 1) if f"://{REDACTED}@" in recorded else recorded
 
 
-def mlflow_client(uri: str):  # noqa: ANN201
+def mlflow_client(uri: str) -> Any:
     """An ``MlflowClient`` that does not print run URLs: MLflow writes "View run ... at <uri>"
     to stdout on every run end, credentials in the URI included, and a search ends dozens."""
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")

@@ -1,6 +1,7 @@
 """Training: one configuration, one training loop, for one worker or many."""
 
-from distmis.training._loop import EpochMetrics, Trainer, assign_by_path, load_arrays, save_arrays
+from distmis.metrics import EpochMetrics
+from distmis.training._loop import Trainer, assign_by_path, load_arrays, save_arrays
 from distmis.training._run import (
     BEST_DIR,
     CHECKPOINT_DIR,

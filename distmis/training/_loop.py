@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,68 +25,14 @@ from distmis.data import Manifest, eval_batches, make_dataset
 from distmis.exceptions import TrainingError
 from distmis.files import atomic_file
 from distmis.labels import class_names
-from distmis.model import build_optimizer, build_unet, class_scores, get_loss
+from distmis.metrics import DICE, IOU, VAL_DICE, VAL_IOU, VAL_LOSS, EpochMetrics, class_metric, class_metrics
+from distmis.model import build_optimizer, build_unet, class_scores, get_loss, learning_rate_schedule, resolve_loss
 from distmis.training._runtime import configured_threads
 
 if TYPE_CHECKING:
     import tensorflow as tf
 
     from distmis.config import ExperimentConfig
-
-
-@dataclass
-class EpochMetrics:
-    """What one epoch reports (the keys Tune, MLflow and the CSV see)."""
-
-    epoch: int
-    loss: float
-    dice: float
-    val_loss: float
-    val_dice: float
-    val_iou: float
-    lr: float
-    epoch_seconds: float
-    train_seconds: float
-    samples_per_second: float
-    # wall-clock time (Unix seconds) at the end of the epoch: time-to-target and timelines
-    finished_at: float = 0.0
-    # per class / region: val_dice_<name>, val_iou_<name> (multi-class and region models)
-    classes: dict[str, float] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, float]:
-        out = {k: v for k, v in self.__dict__.items() if k != "classes"}
-        out.update(self.classes)
-        return out
-
-    @classmethod
-    def from_dict(cls, row: dict[str, Any]) -> EpochMetrics:
-        """The inverse of :meth:`as_dict` (rows of ``metrics.csv`` and checkpoint histories)."""
-        known = {f.name for f in fields(cls)} - {"classes"}
-        return cls(
-            **{k: float(v) if k != "epoch" else int(float(v)) for k, v in row.items() if k in known},  # type: ignore[arg-type]
-            classes={k: float(v) for k, v in row.items() if k not in known},
-        )
-
-    @staticmethod
-    def base_fields() -> list[str]:
-        return [f.name for f in fields(EpochMetrics) if f.name != "classes"]
-
-
-def _warmup_schedule(base_lr: float, peak_lr: float, warmup_steps: int):  # noqa: ANN202
-    """Linear warm-up from ``base_lr`` to ``peak_lr`` (Goyal et al. 2017), then constant."""
-    import keras
-
-    class LinearWarmup(keras.optimizers.schedules.LearningRateSchedule):
-        def __call__(self, step):  # noqa: ANN001, ANN204
-            import tensorflow as tf
-
-            frac = tf.minimum(1.0, tf.cast(step, tf.float32) / float(max(warmup_steps, 1)))
-            return base_lr + (peak_lr - base_lr) * frac
-
-        def get_config(self) -> dict[str, Any]:
-            return {"base_lr": base_lr, "peak_lr": peak_lr, "warmup_steps": warmup_steps}
-
-    return LinearWarmup()
 
 
 class Trainer:
@@ -134,10 +79,14 @@ class Trainer:
         keras.utils.set_random_seed(tc.seed)
         scale = self.replicas if tc.lr_scaling == "linear" else 1
         self.peak_lr = config.optimizer.lr * scale
-        warmup_steps = tc.warmup_epochs * self.steps_per_epoch
-        lr: Any = self.peak_lr
-        if warmup_steps and scale != 1:
-            lr = _warmup_schedule(config.optimizer.lr, self.peak_lr, warmup_steps)
+        lr = learning_rate_schedule(
+            kind=tc.lr_schedule,
+            peak=self.peak_lr,
+            # Goyal et al. (2017): a scaled rate warms up from the single-worker one; otherwise from 0
+            start=config.optimizer.lr if scale != 1 else 0.0,
+            warmup_steps=tc.warmup_epochs * self.steps_per_epoch,
+            total_steps=tc.epochs * self.steps_per_epoch,
+        )
         mode = manifest.label_mode
         self.exclusive = mode == "multiclass"  # softmax: background channel excluded from scores
         names = class_names(manifest.labels, mode, manifest.num_classes, manifest.regions)
@@ -166,7 +115,7 @@ class Trainer:
             self.optimizer.build(self.model.trainable_variables)
         keras.mixed_precision.set_dtype_policy("float32")  # do not leak into later trials of this process
 
-        self._loss_fn = get_loss(tc.loss, mode)
+        self._loss_fn = get_loss(resolve_loss(tc.loss, mode), mode)
         self._train_iter = iter(self.strategy.distribute_datasets_from_function(self._train_dataset_fn))
         # one input pipeline per worker; each step consumes one per-replica batch per local replica
         per_worker_batch = tc.batch_size_per_replica * max(1, self.replicas // self.num_workers)
@@ -189,6 +138,7 @@ class Trainer:
             num_shards=ctx.num_input_pipelines,
             shard_index=ctx.input_pipeline_id,
             threads=configured_threads(),
+            foreground_oversampling=tc.foreground_oversampling,
         )
 
     def _val_dataset_fn(self, ctx: tf.distribute.InputContext) -> tf.data.Dataset:
@@ -289,10 +239,7 @@ class Trainer:
         names = self.score_names
         if not self._val_steps:
             nan = math.nan
-            return (
-                {"val_loss": nan, "val_dice": nan, "val_iou": nan},
-                {f"val_{k}_{n}": nan for n in names for k in ("dice", "iou")},
-            )
+            return {VAL_LOSS: nan, VAL_DICE: nan, VAL_IOU: nan}, dict.fromkeys(class_metrics(names), nan)
         it = iter(self.strategy.distribute_datasets_from_function(self._val_dataset_fn))
         totals = np.zeros(4)
         per_class = np.zeros((2, len(names) or 1))
@@ -303,9 +250,9 @@ class Trainer:
         n = max(totals[3], 1.0)
         classes = {}
         for i, name in enumerate(names):
-            classes[f"val_dice_{name}"] = float(per_class[0, i] / n)
-            classes[f"val_iou_{name}"] = float(per_class[1, i] / n)
-        return {"val_loss": totals[0] / n, "val_dice": totals[1] / n, "val_iou": totals[2] / n}, classes
+            classes[class_metric(DICE, name)] = float(per_class[0, i] / n)
+            classes[class_metric(IOU, name)] = float(per_class[1, i] / n)
+        return {VAL_LOSS: totals[0] / n, VAL_DICE: totals[1] / n, VAL_IOU: totals[2] / n}, classes
 
     def run_epoch(self) -> EpochMetrics:
         start = time.perf_counter()
@@ -419,5 +366,5 @@ def load_arrays(path: Path) -> dict[str, np.ndarray]:
     try:
         with np.load(path, allow_pickle=False) as data:
             return {k: data[k] for k in data.files}
-    except Exception as exc:  # numpy raises BadZipFile, ValueError, EOFError, OSError... for a damaged file
+    except Exception as exc:  # noqa: BLE001 - numpy raises BadZipFile, ValueError, EOFError, OSError... for a damaged file
         raise TrainingError(f"{path}: cannot read the saved arrays ({type(exc).__name__}: {exc})") from None

@@ -22,10 +22,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from distmis.config import ExperimentConfig, dump_config
-from distmis.data import load_manifest
+from distmis.data import fold_view, load_manifest
 from distmis.exceptions import TrainingError
 from distmis.files import atomic_directory, atomic_file, write_json_atomic
-from distmis.training._loop import EpochMetrics, Trainer, load_arrays, save_arrays
+from distmis.metrics import (
+    DICE,
+    LOSS,
+    VAL_DICE,
+    VAL_LOSS,
+    EpochMetrics,
+    base_fields,
+    class_metric,
+    class_metrics,
+)
+from distmis.training._loop import Trainer, load_arrays, save_arrays
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -115,7 +125,7 @@ class RunSession:
         *,
         strategy: tf.distribute.Strategy | None = None,
         resume_from: str | Path | None = None,
-        metric: str = "val_dice",
+        metric: str = VAL_DICE,
         mode: str = "max",
         is_chief: bool = True,
     ) -> None:
@@ -123,14 +133,15 @@ class RunSession:
         self.run_dir = Path(run_dir)
         self.metric, self.mode, self.is_chief = metric, mode, is_chief
         self.manifest = load_manifest(prepared)
+        fold = config.data.fold
+        if fold is not None:  # a finalize trial: the fold's train and validation cases
+            self.manifest = fold_view(self.manifest, fold.index, fold.folds, fold.seed)
         self.trainer = Trainer(config, self.manifest, strategy=strategy)
         self.history: list[dict[str, float]] = []
         self.best: dict[str, float] | None = None
         self.best_value: float | None = None
         self._single_worker = strategy is None
-        self._fields = EpochMetrics.base_fields() + [
-            f"val_{k}_{n}" for n in self.trainer.score_names for k in ("dice", "iou")
-        ]
+        self._fields = base_fields() + class_metrics(self.trainer.score_names)
         self._unreported: list[dict[str, float]] = []
         if resume_from is not None:
             self.restore(resume_from)  # first: a checkpoint that does not fit changes nothing on disk
@@ -241,10 +252,13 @@ class RunSession:
 
 
 def format_epoch(m: EpochMetrics, epochs: int) -> str:
+    values = m.as_dict()
+    shown = [LOSS, DICE, VAL_LOSS, VAL_DICE]
     return (
-        f"epoch {m.epoch:3d}/{epochs}  loss {m.loss:.4f}  dice {m.dice:.4f}  val_loss {m.val_loss:.4f}  "
-        f"val_dice {m.val_dice:.4f}  {m.epoch_seconds:.1f}s  {m.samples_per_second:.1f} samples/s"
-        + "".join(f"  {k} {v:.4f}" for k, v in m.classes.items() if k.startswith("val_dice_"))
+        f"epoch {m.epoch:3d}/{epochs}  "
+        + "  ".join(f"{k} {values[k]:.4f}" for k in shown)
+        + f"  {m.epoch_seconds:.1f}s  {m.samples_per_second:.1f} samples/s"
+        + "".join(f"  {k} {v:.4f}" for k, v in m.classes.items() if k.startswith(class_metric(DICE, "")))
     )
 
 
@@ -256,7 +270,7 @@ def fit(
     strategy: tf.distribute.Strategy | None = None,
     resume_from: str | Path | None = None,
     on_epoch: EpochCallback | None = None,
-    metric: str = "val_dice",
+    metric: str = VAL_DICE,
     mode: str = "max",
     is_chief: bool = True,
     log: Callable[[str], None] | None = None,

@@ -8,6 +8,7 @@ before TensorFlow runs its first op, so the trial calls this first thing.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 
@@ -65,8 +66,6 @@ def configure_tensorflow(threads: float | int | None) -> int | None:
         except RuntimeError:  # runtime already initialised in this process
             applied = None
     for gpu in tf.config.list_physical_devices("GPU"):
-        try:
+        with contextlib.suppress(RuntimeError):  # already initialised: it must be set before first use
             tf.config.experimental.set_memory_growth(gpu, True)
-        except RuntimeError:
-            pass  # already initialised: memory growth must be set before first use
     return applied

@@ -1,17 +1,43 @@
-"""Tuning: search spaces and Ray Tune searches (Optuna TPE, random, grid; ASHA; resume)."""
+"""Tuning: Ray Tune searches (Optuna TPE, random, grid; ASHA; resume) over the one trainable of every mode."""
 
-from distmis.tuning._results import SearchSummary, max_overlap
+from distmis.tuning._interrupt import STOP_REQUESTED
+from distmis.tuning._phases import Timings, alive_nodes, ray_session, tune_environment
+from distmis.tuning._progress import LiveProgress
+from distmis.tuning._results import SearchSummary, TrialRow, max_overlap, trial_rows
+from distmis.tuning._resume import check_resume_config
 from distmis.tuning._search import experiment_dir, plan_concurrency, run_search
-from distmis.tuning.space import define_by_run, describe_space, grid_points, ordered_params
+from distmis.tuning._searcher import OptunaSearcher, build_sampler
+from distmis.tuning._tracking import fail_search_tracking
+from distmis.tuning._trial import TrialContext, trainable_for
+from distmis.tuning._tuner import TUNE_DIR, build_tuner, fit_quietly, trial_context, unfinished_trials
+from distmis.tuning._workers import TrialSession, TrialStart, WorkerGroup
 
 __all__ = [
+    "STOP_REQUESTED",
+    "TUNE_DIR",
+    "Timings",
+    "TrialRow",
+    "alive_nodes",
+    "build_tuner",
+    "fail_search_tracking",
+    "fit_quietly",
+    "ray_session",
+    "trial_context",
+    "trial_rows",
+    "tune_environment",
+    "unfinished_trials",
+    "LiveProgress",
+    "OptunaSearcher",
     "SearchSummary",
-    "define_by_run",
-    "describe_space",
+    "TrialContext",
+    "TrialSession",
+    "TrialStart",
+    "WorkerGroup",
+    "build_sampler",
+    "check_resume_config",
     "experiment_dir",
-    "grid_points",
     "max_overlap",
-    "ordered_params",
     "plan_concurrency",
     "run_search",
+    "trainable_for",
 ]

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+
 from ray.tune import Callback
 
-from distmis.tuning._keys import STOP_REQUESTED
+#: set by SIGUSR1 / SIGINT: before Tune runs (the search then starts no trial) or while it runs
+#: (Tune stops gracefully and saves its state; the search exits 75, resumable with --resume)
+STOP_REQUESTED = threading.Event()
 
 
 class InterruptWatch(Callback):
@@ -30,4 +34,4 @@ class InterruptWatch(Callback):
             signal.signal(sig, handler)
 
 
-__all__ = ["InterruptWatch"]
+__all__ = ["STOP_REQUESTED", "InterruptWatch"]

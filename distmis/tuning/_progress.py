@@ -14,7 +14,7 @@ from typing import Any
 
 from ray.tune import Callback
 
-from distmis.tuning._keys import FAILURE
+from distmis.metrics import FAILURE
 
 
 class LiveProgress(Callback):

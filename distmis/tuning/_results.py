@@ -13,7 +13,18 @@ from typing import TYPE_CHECKING, Any
 
 from distmis.config import ExperimentConfig, apply_params, dump_config
 from distmis.files import atomic_directory, write_json_atomic, write_text_atomic
-from distmis.tuning._keys import FAILURE, GROUP_STARTUP, NODE, PID, REPORTED_AT, STARTED_AT, WARM, sampled_params
+from distmis.metrics import (
+    FAILURE,
+    GROUP_STARTUP,
+    NODE,
+    PID,
+    REPORTED_AT,
+    STARTED_AT,
+    WARM,
+    is_class_metric,
+    result_metrics,
+)
+from distmis.space import sampled_params
 
 if TYPE_CHECKING:
     from ray.tune import ResultGrid
@@ -63,6 +74,26 @@ class SearchSummary:
     started_at: float | None = None  # Unix time the search command started (resume: the resumed one)
     interrupted: bool = False  # stopped on request before the end; --resume continues it
 
+    @classmethod
+    def interrupted_search(cls, config: ExperimentConfig, out: Path, started_at: float) -> SearchSummary:
+        """The summary of a search stopped on request (``--resume`` continues it)."""
+        import time
+
+        return cls(
+            name=config.name,
+            out=str(out),
+            metric=config.search.metric,
+            mode=config.search.mode,
+            wall_seconds=time.time() - started_at,
+            trials=0,
+            finished=0,
+            stopped_early=0,
+            failed=0,
+            max_concurrent_observed=0,
+            started_at=started_at,
+            interrupted=True,
+        )
+
     @property
     def ok(self) -> bool:
         return self.failed == 0 and self.best_trial_id is not None
@@ -109,7 +140,8 @@ def max_overlap(intervals: list[tuple[float, float]]) -> int:
     return best
 
 
-def _rows(grid: ResultGrid, config: ExperimentConfig) -> list[TrialRow]:
+def trial_rows(grid: ResultGrid, config: ExperimentConfig) -> list[TrialRow]:
+    """One row per trial of a finished Tune run: parameters, final and best metrics, timing."""
     metric, mode = config.search.metric, config.search.mode
     rows = []
     for result in grid:
@@ -125,7 +157,8 @@ def _rows(grid: ResultGrid, config: ExperimentConfig) -> list[TrialRow]:
             col = df[metric].astype(float)
             idx = col.idxmax() if mode == "max" else col.idxmin()
             if not math.isnan(col[idx]):
-                best = {k: float(df.loc[idx, k]) for k in ("epoch", *result_metrics(config)) if k in df}
+                reported = [*result_metrics(config.search.metric), *sorted(c for c in df if is_class_metric(c))]
+                best = {k: float(df.loc[idx, k]) for k in ("epoch", *reported) if k in df}
             started = float(df[STARTED_AT].min()) if STARTED_AT in df else None
             finished = float(df[REPORTED_AT].max()) if REPORTED_AT in df else None
             timing = _first_epoch_timing(df)
@@ -138,7 +171,11 @@ def _rows(grid: ResultGrid, config: ExperimentConfig) -> list[TrialRow]:
                 params=params,
                 epochs=epochs,
                 stopped_early=status != "ERROR" and epochs < config.train.epochs,
-                final={k: float(metrics[k]) for k in result_metrics(config) if k in metrics},
+                final={
+                    k: float(metrics[k])
+                    for k in (*result_metrics(config.search.metric), *sorted(filter(is_class_metric, metrics)))
+                    if k in metrics
+                },
                 best=best,
                 started_at=started,
                 finished_at=finished,
@@ -148,12 +185,6 @@ def _rows(grid: ResultGrid, config: ExperimentConfig) -> list[TrialRow]:
             )
         )
     return sorted(rows, key=lambda r: r.trial_id)
-
-
-def result_metrics(config: ExperimentConfig) -> list[str]:
-    """The metrics results.csv reports: the standard ones and the search's own (a per-class one)."""
-    base = ["val_dice", "val_loss", "val_iou", "dice", "loss"]
-    return base if config.search.metric in base else [*base, config.search.metric]
 
 
 def _first_epoch_timing(df: Any) -> dict[str, Any]:
@@ -238,9 +269,12 @@ def summarise(
     started_at: float | None = None,
 ) -> SearchSummary:
     """Write results.csv, best.yaml, best/ and summary.json for a finished search."""
-    rows = _rows(grid, config)
+    rows = trial_rows(grid, config)
     metric, mode = config.search.metric, config.search.mode
-    write_text_atomic(out / "results.csv", _csv(rows, result_metrics(config)))
+    # the standard metrics, then every per-class and per-region one any trial reported
+    columns = result_metrics(config.search.metric)
+    columns += sorted({k for r in rows for k in (*r.best, *r.final) if is_class_metric(k) and k not in columns})
+    write_text_atomic(out / "results.csv", _csv(rows, columns))
     scored = [r for r in rows if metric in r.best]
     best = None
     if scored:

@@ -22,21 +22,42 @@ from typing import Any
 
 from ray import tune
 
-from distmis.tuning._keys import (
-    CONFIGURATION_ERRORS,
+from distmis.metrics import (
     GROUP_STARTUP,
     NODE,
     PID,
     REPORTED_AT,
     STARTED_AT,
+    TRIAL_SETUP,
     WARM,
     configuration_failure,
-    describe_failure,
-    sampled_params,
 )
+from distmis.space import sampled_params
 
-#: seconds from the trial's start to its run being ready (a warm slot: building the model)
-TRIAL_SETUP = "trial_setup_seconds"
+
+def _configuration_errors() -> tuple[type[BaseException], ...]:
+    from pydantic import ValidationError
+
+    from distmis.exceptions import DistmisError
+
+    return (DistmisError, ValidationError)
+
+
+#: errors that come from a trial's configuration or data, not from chance: retrying the
+#: trial would only repeat them (a TensorFlow or Ray error is not among them)
+CONFIGURATION_ERRORS = _configuration_errors()
+
+
+def describe_failure(exc: BaseException) -> str:
+    """One line: which field or file, and what was wrong."""
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError):
+        from distmis.documents import describe_validation_error
+
+        return f"invalid configuration: {describe_validation_error(exc)}"[:500]
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:500]
 
 
 @dataclass(frozen=True)
@@ -66,26 +87,32 @@ def trial_resources(workers: int, cpus_per_worker: float, gpus_per_worker: float
 
 
 class DistmisTrial(tune.Trainable):
-    """Tune trainable: ``setup`` opens a run (here, or on the worker group), ``step`` runs an epoch."""
+    """Tune trainable: ``setup`` opens a run, ``step`` runs an epoch, the same calls for one worker or N.
+
+    Its runner is a :class:`~distmis.tuning._workers.TrialSession` in this process (one worker)
+    or a :class:`~distmis.tuning._workers.WorkerGroup` of them (N workers): both start, step and
+    restore a trial alike, so there is one code path for a trial's epochs.
+    """
 
     _context: TrialContext  # set by ``trainable_for``
 
     def setup(self, config: dict[str, Any]) -> None:
-        from distmis.tuning._workers import _process_start_time
+        from distmis.tuning._workers import TrialSession, WorkerGroup, _process_start_time
 
         ctx = self._context
-        self._group: Any = None
         self._trials_here = 0
         created = _process_start_time()
+        self._group: WorkerGroup | None = None
+        self._runner: TrialSession | WorkerGroup
         if ctx.workers == 1:
             from distmis.training import configure_tensorflow
 
             configure_tensorflow(ctx.threads)
             import tensorflow  # noqa: F401 - part of this slot's cold start, not of the trial's set-up
-        else:
-            from distmis.tuning._workers import WorkerGroup
 
-            self._group = WorkerGroup(
+            self._runner = TrialSession()
+        else:
+            self._runner = self._group = WorkerGroup(
                 ctx.workers, cpus=ctx.cpus_per_worker, gpus=ctx.gpus_per_worker, threads=ctx.threads
             )
             created = min(created, self._group.started_at)
@@ -114,27 +141,15 @@ class DistmisTrial(tune.Trainable):
         import ray
 
         from distmis.config import ExperimentConfig, apply_params
+        from distmis.tuning._workers import TrialStart
 
         ctx = self._context
         params = sampled_params(config)
-        trial_config = apply_params(ExperimentConfig.model_validate(ctx.base_config), params)  # here: fails fast
+        apply_params(ExperimentConfig.model_validate(ctx.base_config), params)  # here: a bad one fails fast
         self._node = ray.util.get_node_ip_address()
         self._run_dir = Path(ctx.trials_dir) / self.trial_id
-        # a restarted trial (its process died) continues from its own last epoch even when
-        # Tune has no checkpoint of it yet; Tune's own checkpoint, if newer, is loaded after this
-        own = self._run_dir / "checkpoint"
-        resume = own if (own / "state.npz").is_file() else None
-        if self._group is None:
-            from distmis.training import RunSession, release_in_background
-
-            if hasattr(self, "_session"):
-                release_in_background(self, "_session")  # torn down off the next trial's path
-            self._session = RunSession(trial_config, ctx.prepared, self._run_dir, metric=ctx.metric, mode=ctx.mode)
-            if resume is not None:  # Tune knows of none of these epochs (yet): all are reported again
-                self._session.restore(resume, reported_epochs=0)
-            epoch = self._session.epoch
-        else:
-            self._run_dir.mkdir(parents=True, exist_ok=True)
+        self._run_dir.mkdir(parents=True, exist_ok=True)
+        if self._group is not None:
             (self._run_dir / "group.json").write_text(
                 json.dumps(
                     {  # where this trial's workers must run
@@ -143,29 +158,22 @@ class DistmisTrial(tune.Trainable):
                     }
                 )
             )
-            epoch = self._group.call(
-                "start_trial",
-                ctx.base_config,
-                params,
-                ctx.prepared,
-                str(self._run_dir),
-                ctx.metric,
-                ctx.mode,
-                str(resume) if resume else None,
-                0,
-            )[0]
+        # a restarted trial (its process died) continues from its own last epoch even when Tune
+        # has no checkpoint of it yet: none of those epochs reached Tune, so all are reported again;
+        # Tune's own checkpoint, if newer, is loaded after this
+        own = self._run_dir / "checkpoint"
+        resume = str(own) if (own / "state.npz").is_file() else None
+        spec = TrialStart(
+            ctx.base_config, params, ctx.prepared, str(self._run_dir), ctx.metric, ctx.mode, resume, reported_epochs=0
+        )
+        epoch = self._runner.start(spec)
         if resume is not None:
             print(f"distmis: trial {self.trial_id} resumes from epoch {epoch}", flush=True)
 
     def step(self) -> dict[str, Any]:
         if self._failure is not None:
             return configuration_failure(self._failure, self._started)
-        if self._group is None:
-            metrics = self._session.step().as_dict()
-            metrics["done"] = self._session.done
-            metrics["global_batch"] = self._session.trainer.global_batch
-        else:
-            metrics = self._group.call("step")[0]
+        metrics = self._runner.step()
         done = metrics.pop("done")
         metrics.update(
             {
@@ -193,10 +201,7 @@ class DistmisTrial(tune.Trainable):
     def load_checkpoint(self, checkpoint_dir: str) -> None:
         if self._failure is not None:
             return
-        if self._group is None:
-            self._session.restore(checkpoint_dir)
-        else:
-            self._group.call("restore", checkpoint_dir, None)
+        self._runner.restore(checkpoint_dir)
 
     def reset_config(self, new_config: dict[str, Any]) -> bool:
         self._start_session(new_config)

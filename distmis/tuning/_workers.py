@@ -21,31 +21,127 @@ is killed and the trial fails, and Tune restarts it on a new group from its last
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from distmis.tuning._keys import NODE, PID
+from distmis.metrics import NODE, PID
 
 
 class WorkerLost(RuntimeError):
     """A worker process of the trial's group died; the trial is restarted on a new group."""
 
 
-class TrainingWorker:
+@dataclass(frozen=True)
+class TrialStart:
+    """What a trial's run needs to start: its configuration, data and run directory."""
+
+    base_config: dict[str, Any]
+    params: dict[str, Any]
+    prepared: str
+    run_dir: str
+    metric: str
+    mode: str
+    #: a checkpoint to continue from (the run directory's own, after a restart)
+    resume_from: str | None = None
+    #: epochs Tune has already seen; those after it are reported again
+    reported_epochs: int | None = 0
+
+
+class TrialSession:
+    """One process's part of a trial, the same whether the trial has one worker or N.
+
+    A single-worker trial holds one in its trainable's process; each worker actor of a group is
+    one (:class:`TrainingWorker`). It runs a :class:`~distmis.training.RunSession` per trial, in the
+    process's strategy (the default one, or the group's ``MultiWorkerMirroredStrategy``).
+    """
+
+    def __init__(self, rank: int = 0, world: int = 1) -> None:
+        self.rank, self.world = rank, world
+        self.strategy: Any = None
+        self.session: Any = None
+
+    def start(self, spec: TrialStart) -> int:
+        """A new run for this trial; returns the epoch it starts from."""
+        from distmis.config import ExperimentConfig, apply_params
+        from distmis.training import RunSession, release_in_background
+
+        t0 = time.perf_counter()
+        release_in_background(self, "session")  # the previous trial's run goes, off this path
+        # no keras.backend.clear_session(): the layer names are explicit, and clearing the kernel cache
+        # waits for the previous trial's input pipeline to shut down (seconds, measured)
+        config = apply_params(ExperimentConfig.model_validate(spec.base_config), spec.params)
+        run = Path(spec.run_dir)
+        run.mkdir(parents=True, exist_ok=True)
+        t1 = time.perf_counter()
+        self.session = RunSession(
+            config,
+            spec.prepared,
+            run,
+            strategy=self.strategy,
+            is_chief=self.rank == 0,
+            metric=spec.metric,
+            mode=spec.mode,
+        )
+        t2 = time.perf_counter()
+        if spec.resume_from is not None:
+            self.session.restore(spec.resume_from, reported_epochs=spec.reported_epochs, prefer_own=True)
+        if self.world > 1:
+            self._record(run, {"release": t1 - t0, "build": t2 - t1, "total": time.perf_counter() - t0})
+        return int(self.session.epoch)
+
+    def _record(self, run: Path, seconds: dict[str, float]) -> None:
+        """``worker-<rank>.json``: where this worker ran and how long its trial set-up took."""
+        import ray
+
+        context = ray.get_runtime_context()
+        (run / f"worker-{self.rank}.json").write_text(
+            json.dumps(
+                {
+                    "rank": self.rank,
+                    "world": self.world,
+                    NODE: ray.util.get_node_ip_address(),
+                    PID: os.getpid(),
+                    "placement_group": context.get_placement_group_id(),
+                    "setup_seconds": {k: round(v, 3) for k, v in seconds.items()},
+                }
+            )
+        )
+
+    def restore(self, checkpoint: str) -> int:
+        """Continue from a checkpoint Tune hands back (or this run's own, when newer)."""
+        self.session.restore(checkpoint, reported_epochs=None, prefer_own=True)
+        return int(self.session.epoch)
+
+    def step(self) -> dict[str, Any]:
+        """One epoch (collectives inside, on a group); the metrics are global, so any rank's do."""
+        metrics = self.session.step().as_dict()
+        metrics["done"] = bool(self.session.done)
+        metrics["global_batch"] = self.session.trainer.global_batch
+        return metrics
+
+    def weights(self) -> list[Any]:
+        """The model's variables (tests: a trial starts from a fresh build, nothing leaks)."""
+        import numpy as np
+
+        return [np.asarray(v.numpy()) for v in self.session.trainer.model.weights]
+
+
+class TrainingWorker(TrialSession):
     """One worker process of a data-parallel trial: its strategy once, a run per trial."""
 
     def __init__(self, rank: int, world: int, threads: int) -> None:
         from distmis.training import configure_tensorflow
 
-        self.rank, self.world = rank, world
+        super().__init__(rank, world)
         self.started_at = _process_start_time()
         configure_tensorflow(threads)  # before TensorFlow runs anything in this process
-        self.strategy: Any = None
-        self.session: Any = None
 
     def process_started_at(self) -> float:
         return self.started_at
@@ -69,73 +165,6 @@ class TrainingWorker:
         start = time.perf_counter()
         self.strategy = tf.distribute.MultiWorkerMirroredStrategy()
         return time.perf_counter() - start
-
-    def start_trial(
-        self,
-        base_config: dict[str, Any],
-        params: dict[str, Any],
-        prepared: str,
-        run_dir: str,
-        metric: str,
-        mode: str,
-        resume_from: str | None,
-        reported_epochs: int,
-    ) -> int:
-        """A new run for this trial, in the group's strategy; returns the epoch it starts from."""
-        import ray
-
-        from distmis.config import ExperimentConfig, apply_params
-        from distmis.training import RunSession, release_in_background
-
-        t0 = time.perf_counter()
-        release_in_background(self, "session")  # the previous trial's run goes, off this path
-        # no keras.backend.clear_session(): the layer names are explicit, and clearing the kernel cache
-        # waits for the previous trial's input pipeline to shut down (seconds, measured)
-        config = apply_params(ExperimentConfig.model_validate(base_config), params)
-        run = Path(run_dir)
-        run.mkdir(parents=True, exist_ok=True)
-        t1 = time.perf_counter()
-        self.session = RunSession(
-            config, prepared, run, strategy=self.strategy, is_chief=self.rank == 0, metric=metric, mode=mode
-        )
-        t2 = time.perf_counter()
-        if resume_from is not None:
-            self.session.restore(resume_from, reported_epochs=reported_epochs, prefer_own=True)
-        context = ray.get_runtime_context()
-        (run / f"worker-{self.rank}.json").write_text(
-            json.dumps(
-                {
-                    "rank": self.rank,
-                    "world": self.world,
-                    NODE: ray.util.get_node_ip_address(),
-                    PID: os.getpid(),
-                    "placement_group": context.get_placement_group_id(),
-                    "setup_seconds": {
-                        "release": round(t1 - t0, 3),
-                        "build": round(t2 - t1, 3),
-                        "total": round(time.perf_counter() - t0, 3),
-                    },
-                }
-            )
-        )
-        return self.session.epoch
-
-    def restore(self, checkpoint: str, reported_epochs: int | None) -> int:
-        self.session.restore(checkpoint, reported_epochs=reported_epochs, prefer_own=True)
-        return self.session.epoch
-
-    def step(self) -> dict[str, Any]:
-        """One epoch on every worker (collectives inside); the metrics are global, so any rank's do."""
-        metrics = self.session.step().as_dict()
-        metrics["done"] = bool(self.session.done)
-        metrics["global_batch"] = self.session.trainer.global_batch
-        return metrics
-
-    def weights(self) -> list[Any]:
-        """The model's variables (tests: a trial starts from a fresh build, nothing leaks)."""
-        import numpy as np
-
-        return [np.asarray(v.numpy()) for v in self.session.trainer.model.weights]
 
 
 def _process_start_time() -> float:
@@ -173,20 +202,34 @@ class WorkerGroup:
             ).remote(rank, workers, threads)
             for rank in range(workers)
         ]
-        endpoints = self.call("endpoint")
-        self.collective_seconds = max(self.call("build_strategy", endpoints))
-        self.started_at = min(self.call("process_started_at") + [start])
+        endpoints = self._all("endpoint", lambda a: a.endpoint.remote())
+        self.collective_seconds = max(self._all("build_strategy", lambda a: a.build_strategy.remote(endpoints)))
+        self.started_at = min([*self._all("process_started_at", lambda a: a.process_started_at.remote()), start])
         #: cold start-up of this group: from the first worker process's spawn to a joined collective
         self.startup_seconds = time.time() - self.started_at
 
-    def call(self, method: str, *args: Any) -> list[Any]:
-        """Call ``method`` on every worker at once; the results in rank order.
+    # the trial's calls: every worker runs the same, the chief's (rank 0's) answer is the trial's
+    def start(self, spec: TrialStart) -> int:
+        return int(self._all("start", lambda a: a.start.remote(spec))[0])
+
+    def step(self) -> dict[str, Any]:
+        return dict(self._all("step", lambda a: a.step.remote())[0])
+
+    def restore(self, checkpoint: str) -> int:
+        return int(self._all("restore", lambda a: a.restore.remote(checkpoint))[0])
+
+    def weights(self) -> list[list[Any]]:
+        """Every worker's model variables, in rank order."""
+        return self._all("weights", lambda a: a.weights.remote())
+
+    def _all(self, what: str, call: Callable[[Any], Any]) -> list[Any]:
+        """``call`` on every worker at once; the results in rank order.
 
         Raises:
             WorkerLost: as soon as any worker dies (the others are killed: they would wait
                 forever in their collective).
         """
-        return self._gather([getattr(a, method).remote(*args) for a in self.actors], method)
+        return self._gather([call(a) for a in self.actors], what)
 
     def _gather(self, refs: list[Any], what: str) -> list[Any]:
         import ray
@@ -214,11 +257,9 @@ class WorkerGroup:
         import ray
 
         for actor in self.actors:
-            try:
+            with contextlib.suppress(Exception):  # already gone
                 ray.kill(actor, no_restart=True)
-            except Exception:  # noqa: BLE001 - already gone
-                pass
         self.actors = []
 
 
-__all__ = ["TrainingWorker", "WorkerGroup", "WorkerLost"]
+__all__ = ["TrainingWorker", "TrialSession", "TrialStart", "WorkerGroup", "WorkerLost"]

@@ -80,8 +80,8 @@ def write_msd(
 def run_distmis(
     argv: list[str], *, cwd: Path, env: dict[str, str] | None = None, timeout: float = CASE_TIMEOUT
 ) -> subprocess.CompletedProcess[str]:
-    full_env = {**os.environ, **(env or {})}
-    full_env.pop("MLFLOW_TRACKING_URI", None)
+    inherited = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "RAY_ADDRESS")}
+    full_env = {**inherited, **(env or {})}  # what the case sets, nothing of this shell's
     return subprocess.run(
         [sys.executable, "-m", "distmis", *argv], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout
     )
@@ -179,7 +179,7 @@ def snapshot(root: Path) -> dict[str, str]:
         for name in filenames:
             path = Path(dirpath) / name
             if path.is_symlink():
-                found[os.path.relpath(path, root)] = "link:" + os.readlink(path)
+                found[os.path.relpath(path, root)] = "link:" + str(path.readlink())
                 continue
             h = hashlib.sha256()
             with open(path, "rb") as fh:

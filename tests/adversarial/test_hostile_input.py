@@ -187,7 +187,7 @@ def tune_into_users_directory(ws: Workspace):
 @case("data-loss")
 def compare_out_is_the_data(ws: Workspace):
     path = ws.search("  lr: {loguniform: [1.0e-3, 1.0e-2]}\n")
-    return ["compare", str(path), "--out", "prepared", "--workers", "2", "--modes", "experiment"], "--out"
+    return ["compare", str(path), "--out", "prepared", "--slots", "2", "--modes", "experiment"], "--out"
 
 
 @case("data-loss")
@@ -610,6 +610,12 @@ def yaml_not_a_mapping(ws: Workspace):
 @case("traceback")
 def negative_workers(ws: Workspace):
     ws.raw("data")
+    return ["prepare", "data", "out", "--processes", "-2"], "--processes"
+
+
+@case("traceback")
+def negative_workers_old_spelling(ws: Workspace):
+    ws.raw("data")
     return ["prepare", "data", "out", "--workers", "-2"], "--workers"
 
 
@@ -731,7 +737,7 @@ def ui_port_out_of_range(ws: Workspace):
 
 @case("traceback")
 def compare_zero_workers(ws: Workspace):
-    return ["compare", str(ws.search("  lr: {loguniform: [1.0e-3, 1.0e-2]}\n")), "--workers", "0"], "--workers"
+    return ["compare", str(ws.search("  lr: {loguniform: [1.0e-3, 1.0e-2]}\n")), "--slots", "0"], "--slots"
 
 
 @case("traceback")

@@ -41,7 +41,7 @@ def test_blocks_never_touch_the_ephemeral_range(ephemeral: tuple[int, int]) -> N
     for base in bases:
         last = base + BLOCK_SIZE - 1
         assert last < ephemeral[0] or base > ephemeral[1]
-        assert 20000 <= base and last <= 65535
+        assert base >= 20000 and last <= 65535
     # blocks do not overlap each other
     spans = sorted((b, b + BLOCK_SIZE - 1) for b in bases)
     assert all(a[1] < b[0] for a, b in zip(spans, spans[1:], strict=False))

@@ -15,7 +15,7 @@ from raycluster import clean_env
 from slurmcluster import SlurmCluster, available
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tuning"))
-from test_search import read_results, space_file  # noqa: E402
+from test_search import read_results, space_file
 
 from distmis.cli import main
 
@@ -49,7 +49,7 @@ def write_script(
     *,
     timeout: int = 120,
     edit=None,
-    cpus: int = 2,  # noqa: ANN001
+    cpus: int = 2,
     time_limit: str = "00:10:00",
     options: tuple[str, ...] = (),
     name: str = "job.sbatch",
@@ -281,10 +281,9 @@ def test_scancel_stops_without_requeue(slurm: SlurmCluster, tmp_path: Path) -> N
     subprocess.run(["scancel", job], env=slurm.env, check=True)
     state, _ = slurm.wait_job(job, timeout=120)
     assert state == "CANCELLED"
-    time.sleep(1)
+    wait_gone(job)  # the job's own processes have ended: a requeue (done by its script) can no longer come
     assert job_field(slurm, job, "Restarts") == "0" and job_field(slurm, job, "JobState") == "CANCELLED"
     assert "requeueing" not in job_log(tmp_path, job)
-    wait_gone(job)
 
 
 def test_wall_time_signal_checkpoint_requeue_resume(slurm: SlurmCluster, prepared16: Path, tmp_path: Path) -> None:

@@ -50,7 +50,7 @@ def comparison(prepared16: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
             "experiment,data,hybrid",
             "--budget",
             "4",
-            "--workers",
+            "--slots",
             "4",
             "--cpus-per-worker",
             "0.5",
@@ -183,7 +183,7 @@ def test_existing_comparison_is_refused_and_resume_reuses_finished_modes(
 ) -> None:
     plan = json.loads((comparison / "compare.json").read_text())
     space = Path(plan["space_file"])
-    assert main(["compare", str(space), "--workers", "4", "--cpus-per-worker", "0.5", "--out", str(comparison)]) == 2
+    assert main(["compare", str(space), "--slots", "4", "--cpus-per-worker", "0.5", "--out", str(comparison)]) == 2
     assert "pass --resume" in capsys.readouterr().err
     before = {m: (comparison / m / "summary.json").stat().st_mtime for m in MODES}
     assert main(["compare", str(space), "--resume", "--out", str(comparison)]) == 0

@@ -8,8 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 from distmis.config import AugmentConfig
-from distmis.data import eval_batches, load_manifest, make_dataset
-from distmis.data._loader import augment, random_patch
+from distmis.data import augment, eval_batches, foreground_patch, load_manifest, make_dataset, random_patch
 
 
 def _case_ids(prepared: Path, split: str, num_shards: int, index: int) -> list[str]:
@@ -105,3 +104,35 @@ def test_evaluation_padding_with_more_workers_than_cases(prepared16: Path) -> No
         assert len(batches) == steps and all(b[0].shape[0] == 2 for b in batches), index
         total += sum(float(tf.reduce_sum(w)) for _, _, w in batches)
     assert total == n
+
+
+def test_foreground_patches_centre_on_every_class_alike() -> None:
+    """One class is a large slab, the other a 2^3 block in a corner: each is the centre of about
+    half the patches (classes drawn uniformly among those present), and every patch has foreground."""
+    label = np.zeros((32, 32, 32), np.int32)
+    label[:, :, 12:20] = 1
+    label[28:30, 1:3, 28:30] = 2
+    onehot = tf.one_hot(label, 3)
+    image = tf.cast(onehot[..., 1:], tf.float32)
+    hits = {1: 0, 2: 0}
+    for s in range(60):
+        pi, pl = foreground_patch(image, onehot, (8, 8, 8), tf.constant([s, 3], tf.int32), [1, 2])
+        assert pl.shape == (8, 8, 8, 3)
+        np.testing.assert_array_equal(pi.numpy(), pl.numpy()[..., 1:])  # image and label cropped alike
+        present = pl.numpy()[..., 1:].sum(axis=(0, 1, 2)) > 0
+        assert present.any()
+        hits[1] += int(present[0])
+        hits[2] += int(present[1])
+    assert 15 <= hits[2] <= 45, hits  # the tiny class, ~1/2 of the patches; a uniform crop hits it ~1/100
+    # no foreground at all: a uniform crop of the right shape
+    pi, pl = foreground_patch(image * 0, onehot * 0, (8, 8, 8), tf.constant([1, 2], tf.int32), [1, 2])
+    assert pi.shape == (8, 8, 8, 2) and float(tf.reduce_sum(pl)) == 0.0
+
+
+def test_foreground_oversampling_in_the_training_pipeline(prepared16: Path) -> None:
+    def share_with_foreground(p: float) -> float:
+        ds = make_dataset(prepared16, "train", batch_size=1, training=True, patch=(4, 4, 4), foreground_oversampling=p)
+        return float(np.mean([float(tf.reduce_max(lab)) > 0 for _, lab, _ in ds.take(48)]))
+
+    assert share_with_foreground(1.0) == 1.0
+    assert share_with_foreground(0.0) < 1.0  # uniform 4^3 crops of 16^3 volumes miss the tumour about 2 times in 3

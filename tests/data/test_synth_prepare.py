@@ -181,7 +181,7 @@ def test_bad_input_gives_one_error_and_no_output(
     assert not out.exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out")] == []  # no temp leftovers
     # the CLI turns it into one line and exit code 2
-    assert main(["prepare", str(src), str(out), "--shape", "16,16,16", "--workers", "1"]) == 2
+    assert main(["prepare", str(src), str(out), "--shape", "16,16,16", "--processes", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("distmis: error:")
     assert not out.exists()

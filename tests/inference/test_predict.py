@@ -13,7 +13,7 @@ import pytest
 
 from distmis.cli import main
 from distmis.config import ExperimentConfig
-from distmis.data._synth import synth_case
+from distmis.data import synth_case
 
 pytestmark = pytest.mark.slow
 
@@ -78,6 +78,22 @@ def test_sliding_window_equals_whole_volume_prediction(model16: Path) -> None:
     windowed = predict_probabilities(big, record, predict, PredictOptions(patch=(24, 24, 24), overlap=0.5))
     assert float(np.abs(windowed - direct).mean()) < 0.005  # measured 0.0008
     assert float(np.mean((windowed > 0.5) == (direct > 0.5))) > 0.995  # measured 0.99997
+
+
+def test_test_time_mirroring_averages_the_eight_mirrorings(model16: Path) -> None:
+    """--tta: the mean of the predictions of the 8 mirrored cubes, mirrored back; so mirroring the
+    input mirrors the output exactly, which a plain U-Net does not."""
+    from distmis.inference import MIRROR_AXES, build_model, make_predict_fn, read_model_record
+
+    model = build_model(read_model_record(model16))
+    plain, mirrored = make_predict_fn(model), make_predict_fn(model, tta=True)
+    x = np.random.default_rng(1).normal(size=(2, 16, 16, 16, 4)).astype(np.float32)
+    expected = np.mean([np.flip(plain(np.flip(x, axes)), axes) for axes in MIRROR_AXES], axis=0)
+    np.testing.assert_allclose(mirrored(x), expected, atol=1e-5)
+    flipped = x[:, ::-1, :, ::-1]
+    np.testing.assert_allclose(mirrored(flipped)[:, ::-1, :, ::-1], mirrored(x), atol=1e-5)
+    assert np.abs(plain(flipped)[:, ::-1, :, ::-1] - plain(x)).max() > 1e-3
+    assert mirrored.passes == 8 and mirrored.cubes == 2 + 2 and mirrored.seconds > 0
 
 
 def test_predict_keeps_source_geometry_for_a_volume_larger_than_the_patch(model16: Path, tmp_path: Path) -> None:

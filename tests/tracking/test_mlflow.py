@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -19,7 +21,7 @@ from distmis.tracking import PENDING_FILE
 from distmis.tuning import run_search
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tuning"))
-from test_search import read_results, space_file  # noqa: E402
+from test_search import read_results, space_file
 
 pytestmark = pytest.mark.slow
 
@@ -141,6 +143,20 @@ def test_unreachable_server_fails_before_training(prepared16: Path, tmp_path: Pa
     assert not (out / "trials").exists() and not (out / "tune").exists()
 
 
+def trial_processes() -> list[int]:
+    """PIDs of this host's Tune trial actors (``ray::...Trainable`` processes)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmd = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if cmd.startswith((b"ray::distmis_trial", b"ray::ResourceTrainable")):
+                pids.append(int(entry.name))
+    return pids
+
+
 def test_server_killed_mid_search_loses_no_metric(prepared16: Path, tmp_path: Path) -> None:
     """Kill the server after the first epoch, bring it back later: every epoch still reaches MLflow.
 
@@ -173,7 +189,7 @@ def test_server_killed_mid_search_loses_no_metric(prepared16: Path, tmp_path: Pa
     def epochs_done() -> int:
         return sum(len(list(csv.DictReader(open(m)))) for m in out.glob("trials/*/metrics.csv"))
 
-    def wait_for(cond, what: str, timeout: float = 240) -> None:  # noqa: ANN001
+    def wait_for(cond, what: str, timeout: float = 240) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if cond():
@@ -182,10 +198,20 @@ def test_server_killed_mid_search_loses_no_metric(prepared16: Path, tmp_path: Pa
         raise AssertionError(f"timed out waiting for {what}; see {log.name}")
 
     try:
-        wait_for(lambda: epochs_done() >= 1, "first epoch")
-        server.stop()  # the tracking server dies mid-search
-        down_at = time.time()
-        done_at_down = epochs_done()
+        wait_for(lambda: epochs_done() >= 1 and trial_processes(), "first epoch")
+        # the tracking server dies mid-search. The trials are paused (SIGSTOP) while it stops, so
+        # however long stopping takes on a busy machine, the search cannot finish meanwhile: the
+        # epochs counted at the kill are the ones before it, whatever the relative speeds
+        paused = trial_processes()
+        for pid in paused:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            server.stop()
+            down_at = time.time()
+            done_at_down = epochs_done()
+        finally:
+            for pid in paused:
+                os.kill(pid, signal.SIGCONT)
         wait_for(lambda: (out / PENDING_FILE).exists(), "tracking queued to disk")
         trials_at_down = {m.parent.name for m in out.glob("trials/*/metrics.csv")}
 
@@ -220,8 +246,7 @@ def test_trial_run_wholly_during_an_outage_reaches_mlflow_when_it_returns(tmp_pa
     """A whole trial (start, every epoch, end) while the server is down, and the search ending
     while the sender sits in its longest back-off: the server's return must be noticed at once,
     and the child run arrive complete, not be abandoned by the end-of-search wait."""
-    from distmis.tracking import SearchTracker
-    from distmis.tracking._mlflow import BACKOFF_MAX
+    from distmis.tracking import BACKOFF_MAX, SearchTracker
 
     server = MlflowServer(tmp_path / "server").start()
     out = tmp_path / "out"

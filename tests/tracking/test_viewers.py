@@ -24,12 +24,17 @@ from distmis.config import load_config
 from distmis.tuning import run_search
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tuning"))
-from test_search import read_results, space_file  # noqa: E402
+from test_search import read_results, space_file
 
 pytestmark = pytest.mark.slow
 
 EPOCHS = 2
 ARTIFACTS = Path(os.environ.get("DISTMIS_TEST_ARTIFACTS", "test-artifacts"))
+
+
+#: the first two trials: one that learns, then one that cannot (its learning rate is ~0); ASHA,
+#: seeing them one after the other, stops the second after its first epoch: a pruned trial
+POINTS = [{"lr": 1.0e-2, "norm": "group"}, {"lr": 1.0e-9, "norm": "group"}]
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +47,11 @@ def finished_search(prepared16: Path, tmp_path_factory: pytest.TempPathFactory) 
         algorithm="optuna",
         samples=3,
         epochs=EPOCHS,
-        space={"lr": {"loguniform": [3.0e-3, 2.0e-2]}, "norm": {"choice": ["batch", "group"]}},
+        concurrency=1,
+        steps_per_epoch=12,
+        scheduler={"type": "asha", "grace_period": 1, "reduction_factor": 2},
+        space={"lr": {"loguniform": [1.0e-9, 2.0e-2]}, "norm": {"choice": ["batch", "group"]}},
+        points=POINTS,
     )
     out = tmp / "runs" / "viewed"
     try:
@@ -91,8 +100,9 @@ def get_json(url: str) -> dict:
 
 
 def test_optuna_dashboard_shows_the_study(finished_search: Path, tmp_path: Path) -> None:
-    """`optuna-dashboard runs/x/optuna.journal`: the study, its 3 trials with values, params and
-    one intermediate value per epoch, as Tune's searcher reported them."""
+    """`optuna-dashboard runs/x/optuna.journal`: the study, its 3 trials with params and one
+    intermediate value per epoch; a trial the scheduler stopped early is shown as pruned (its last
+    value), one that trained every epoch as complete with its best value."""
     pytest.importorskip("optuna_dashboard")
     journal = finished_search / "optuna.journal"
     before = journal.read_bytes()
@@ -110,17 +120,27 @@ def test_optuna_dashboard_shows_the_study(finished_search: Path, tmp_path: Path)
     finally:
         stop_group(proc, timeout=10)
     rows = {round(float(r["lr"]), 12): r for r in read_results(finished_search)}
-    trials = study["trials"]
+    trials = sorted(study["trials"], key=lambda t: t["number"])
     assert len(trials) == 3
+    states = []
     for trial in trials:
-        assert trial["state"] == "Complete", trial["state"]
         params = {p["name"]: p["param_external_value"] for p in trial["params"]}
         assert set(params) == {"lr", "norm"}
         row = rows[round(float(params["lr"]), 12)]
         assert row["norm"] == params["norm"]
-        steps = sorted(int(v["step"]) for v in trial["intermediate_values"])
-        assert steps == list(range(1, int(row["epochs"]) + 1)), steps
-        assert float(trial["values"][0]) == pytest.approx(float(row["final_val_dice"]), rel=1e-6)
+        values = {int(v["step"]): float(v["value"]) for v in trial["intermediate_values"]}
+        assert sorted(values) == list(range(1, int(row["epochs"]) + 1)), values
+        if row["stopped_early"] == "True":
+            assert trial["state"] == "Pruned", (trial["state"], row)
+            assert float(trial["values"][0]) == pytest.approx(values[max(values)], rel=1e-6)  # its last epoch
+        else:
+            assert trial["state"] == "Complete", (trial["state"], row)
+            assert float(trial["values"][0]) == pytest.approx(float(row["best_val_dice"]), rel=1e-6)
+        states.append(trial["state"])
+    # the starting points ran first, in order; the one that cannot learn was pruned after epoch 1
+    first = [{p["name"]: p["param_external_value"] for p in t["params"]} for t in trials[:2]]
+    assert [float(p["lr"]) for p in first] == [p["lr"] for p in POINTS]
+    assert states[:2] == ["Complete", "Pruned"], states
     assert journal.read_bytes() == before  # looking did not change the study
 
 
@@ -158,6 +178,12 @@ def test_mlflow_ui_opens_on_the_training_runs(finished_search: Path, tmp_path: P
     shot = ARTIFACTS / "mlflow-ui-runs.png"
     text = ""
     try:
+        # distmis ui names the runs page of the newest experiment (MLflow 3's home page is a GenAI welcome),
+        # once the UI answers: wait for the line itself, not for a guess at how long that takes
+        deadline = time.monotonic() + 60
+        while f"MLflow UI on {page}" not in (tmp_path / "ui.log").read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert f"MLflow UI on {page}" in (tmp_path / "ui.log").read_text(), (tmp_path / "ui.log").read_text()[-2000:]
         with Browser(exe, tmp_path / "profile") as browser:
             browser.navigate(page)
             deadline = time.monotonic() + 120

@@ -114,8 +114,8 @@ def test_a_warm_group_starts_each_trial_fresh_and_steps_like_one_worker(prepared
     import ray
 
     from distmis.config import ExperimentConfig
-    from distmis.tuning._ray import init_ray
-    from distmis.tuning._workers import WorkerGroup
+    from distmis.raysession import init_ray
+    from distmis.tuning import TrialStart, WorkerGroup
 
     one = tmp_path / "one.npz"
     _run(prepared4, one, per_replica=4, workers=1)  # the reference: fresh process, one worker
@@ -132,9 +132,9 @@ def test_a_warm_group_starts_each_trial_fresh_and_steps_like_one_worker(prepared
                 "optimizer": {"name": "adam", "lr": 0.01},
             }
         ).to_yaml_dict()
-        group.call("start_trial", previous, {}, str(prepared4), str(tmp_path / "a"), "val_dice", "max", None, 0)
-        group.call("step")
-        group.call("step")  # trained weights, Adam slots and batch-norm statistics now exist in the group
+        group.start(TrialStart(previous, {}, str(prepared4), str(tmp_path / "a"), "val_dice", "max"))
+        group.step()
+        group.step()  # trained weights, Adam slots and batch-norm statistics now exist in the group
         trial = ExperimentConfig.model_validate(
             {
                 "data": {"source": str(prepared4), "prepare": {"shape": [16, 16, 16]}},
@@ -149,15 +149,15 @@ def test_a_warm_group_starts_each_trial_fresh_and_steps_like_one_worker(prepared
                 "optimizer": {"name": "sgd", "lr": 0.5, "momentum": 0.0},
             }
         ).to_yaml_dict()
-        group.call("start_trial", trial, {}, str(prepared4), str(tmp_path / "b"), "val_dice", "max", None, 0)
-        before = group.call("weights")
+        group.start(TrialStart(trial, {}, str(prepared4), str(tmp_path / "b"), "val_dice", "max"))
+        before = group.weights()
         for rank in range(2):  # a fresh build with the same seed: nothing left of the previous trial
             assert len(before[rank]) == n
             for i in range(n):
                 np.testing.assert_array_equal(before[rank][i], reference[f"arr_{i}"])
-        metrics = group.call("step")[0]
+        metrics = group.step()
         assert metrics["global_batch"] == 4
-        after = group.call("weights")[0]
+        after = group.weights()[0]
         for i in range(n):  # the same update as one worker taking the whole global batch
             np.testing.assert_allclose(after[i], reference[f"arr_{n + i}"], rtol=1e-4, atol=1e-5)
         group.shutdown()

@@ -224,8 +224,10 @@ def test_a_killed_worker_restarts_the_trial_from_its_checkpoint(
             assert time.monotonic() < deadline, f"never saw a first epoch; see {log.name}"
             trials = list((out / "trials").glob("*/metrics.csv")) if (out / "trials").exists() else []
             workers = _processes(b"ray::TrainingWorker")
-            if trials and len(_epochs_of(out, trials[0].parent.name)) >= 1 and len(workers) == 2:
-                time.sleep(1.0)  # into the second epoch
+            # two epochs written: Tune schedules a trial's next step only once it has processed the save
+            # that follows a result, so epoch 1's checkpoint is registered (after one epoch a kill could
+            # land first, and the trial would rightly start from scratch)
+            if trials and len(_epochs_of(out, trials[0].parent.name)) >= 2 and len(workers) == 2:
                 killed = max(workers)
                 os.kill(killed, signal.SIGKILL)
             time.sleep(0.2)
@@ -296,6 +298,32 @@ def test_data_parallel_search_resumes_after_the_driver_is_killed(prepared16: Pat
         assert _epochs_of(out, r["trial_id"]) == [1, 2, 3]
 
 
+def _started_groups(out: Path) -> dict[str, list[int]]:
+    """Trial id -> the PIDs of its workers, for every trial whose whole group has started it."""
+    started = {}
+    for trial in (out / "trials").glob("*") if (out / "trials").is_dir() else []:
+        records = []
+        for path in trial.glob("worker-*.json"):
+            try:
+                records.append(json.loads(path.read_text()))
+            except ValueError:  # being written
+                continue
+        if len(records) == 2:
+            started[trial.name] = [int(r["trial_pid"]) for r in records]
+    return started
+
+
+def _wait_for_groups(out: Path, count: int, proc: subprocess.Popen, log: Path, timeout: float = 300) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        started = _started_groups(out)
+        if len(started) >= count:
+            return started
+        assert proc.poll() is None, f"the search ended before {count} trials started: {log.read_text()[-3000:]}"
+        time.sleep(0.2)
+    raise AssertionError(f"fewer than {count} started trials after {timeout:.0f} s; see {log}")
+
+
 @pytest.mark.slow
 def test_hybrid_trials_overlap_each_in_its_own_placement(prepared16: Path, tmp_path: Path) -> None:
     """2 nodes x 2 CPUs, 2 workers per trial, 2 trials at once: the trials really overlap, every
@@ -316,18 +344,33 @@ def test_hybrid_trials_overlap_each_in_its_own_placement(prepared16: Path, tmp_p
             algorithm="grid",
             samples=1,
             epochs=3,
-            steps_per_epoch=80,  # a trial must outlast the next trial's worker-group start-up (with oneDNN, 20 did not)
+            steps_per_epoch=20,
             space={"lr": {"choice": [2.0e-2, 1.5e-2, 1.0e-2, 5.0e-3]}},
         )
         out = tmp_path / "out"
-        result = subprocess.run(
+        log = tmp_path / "search.log"
+        proc = subprocess.Popen(
             [sys.executable, "-m", "distmis", "tune", str(path), "--out", str(out), "--address", head.address],
             env=head.env,
-            capture_output=True,
-            text=True,
-            timeout=900,
+            stdout=open(log, "w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
-        assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+        try:
+            # the first trial to start is paused (its workers get SIGSTOP) until a second trial has
+            # started on its own group: the trials overlap by construction, not because one happened
+            # to be slow enough to outlast the other's start-up
+            first = next(iter(_wait_for_groups(out, 1, proc, log).values()))
+            for pid in first:
+                os.kill(pid, signal.SIGSTOP)
+            try:
+                _wait_for_groups(out, 2, proc, log)
+            finally:
+                for pid in first:
+                    os.kill(pid, signal.SIGCONT)
+            assert proc.wait(timeout=900) == 0, log.read_text()[-4000:]
+        finally:
+            stop_group(proc, timeout=5)
         rows = read_results(out)
         assert len(rows) == 4 and all(r["status"] == "TERMINATED" for r in rows)
         summary = json.loads((out / "summary.json").read_text())

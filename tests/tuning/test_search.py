@@ -16,8 +16,9 @@ from raycluster import RayHead, clean_env, stop_group
 
 from distmis.config import ExperimentConfig, load_config
 from distmis.data import load_manifest
+from distmis.space import grid_points
 from distmis.training import Trainer
-from distmis.tuning import grid_points, run_search
+from distmis.tuning import run_search
 
 pytestmark = pytest.mark.slow
 
@@ -34,6 +35,7 @@ def space_file(
     space: dict | None = None,
     concurrency: int = 2,
     steps_per_epoch: int | None = None,
+    points: list[dict] | None = None,
 ) -> Path:
     doc = {
         "name": name,
@@ -53,6 +55,7 @@ def space_file(
             "max_concurrent_trials": concurrency,
             "seed": 0,
             "scheduler": scheduler or {"type": "none"},
+            **({"points": points} if points else {}),
         },
         "space": space
         or {
@@ -66,6 +69,16 @@ def space_file(
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
+
+
+def journal_study(out: Path):
+    """The search's Optuna study, read from its journal as optuna-dashboard reads it."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    storage = JournalStorage(JournalFileBackend(str(out / "optuna.journal")))
+    return optuna.load_study(study_name=optuna.get_all_study_names(storage)[0], storage=storage)
 
 
 def read_results(out: Path) -> list[dict[str, str]]:
@@ -209,6 +222,17 @@ def test_resume_after_kill_9(prepared16: Path, tmp_path: Path) -> None:
     assert {c.data.tags["distmis.trial_id"] for c in children} == {r["trial_id"] for r in rows}
     for c in children:
         assert sorted(m.step for m in client.get_metric_history(c.info.run_id, "val_dice")) == [1, 2, 3]
+    # the searcher came back with Tune's state: the trial cut short by the kill went on reporting into
+    # the same Optuna trial, and the sampler went on from its saved random state (a sampler started
+    # again from its seed would draw trial 0's learning rate once more)
+    study = journal_study(out)
+    done = [t for t in study.trials if t.state.name == "COMPLETE"]
+    assert len(done) == 4, [(t.number, t.state.name) for t in study.trials]
+    assert all(t.state.name in ("COMPLETE", "FAIL") for t in study.trials)  # FAIL: a trial Tune never saved
+    for t in done:
+        assert sorted(t.intermediate_values) == [1, 2, 3], (t.number, t.intermediate_values)
+    lrs = sorted(round(float(r["lr"]), 12) for r in rows)
+    assert sorted(round(t.params["lr"], 12) for t in done) == lrs and len(set(lrs)) == 4
 
 
 def test_ray_job_submit_to_existing_cluster(prepared16: Path, tmp_path: Path) -> None:
@@ -320,9 +344,9 @@ def test_configuration_failure_is_reported_once_not_retried(prepared16: Path, tm
     max_failures retries (which would repeat the same failure) are not spent on it."""
     from ray import tune
 
-    from distmis.tuning._keys import FAILURE
-    from distmis.tuning._ray import init_ray
-    from distmis.tuning._trial import TrialContext, trainable_for
+    from distmis.metrics import FAILURE
+    from distmis.raysession import init_ray
+    from distmis.tuning import TrialContext, trainable_for
 
     init_ray(None, num_cpus=2)
     base = ExperimentConfig.model_validate({"data": {"source": str(prepared16)}, "train": {"epochs": 2}})

@@ -10,7 +10,7 @@ import pytest
 
 from distmis.config import ParamSpec, load_config
 from distmis.exceptions import ConfigError
-from distmis.tuning import define_by_run, grid_points, ordered_params
+from distmis.space import define_by_run, grid_points, ordered_params
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -1,0 +1,222 @@
+"""What a finalize will do, checked before anything runs: which configurations, which folds.
+
+The candidates are the ``top`` best configurations of a finished search (by its own metric and
+mode, each configuration once). The folds are :func:`distmis.data.fold_groups` of the search's
+training and validation cases; its test split is never touched. Everything a fold would fail on
+hours later is refused now, with one error naming the option or the file: more candidates than
+the search has, more folds than cases, a fold too small for one training batch, a fold whose
+validation cases lack a class (its cross-validated Dice would be undefined), a directory without
+results.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from distmis.config import ExperimentConfig, load_config
+from distmis.data import cv_cases, fold_groups, load_manifest
+from distmis.exceptions import ConfigError, TuningError
+from distmis.files import marker_info
+
+PLAN_FILE = "finalize.json"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A configuration of the search: its rank by the search metric, its parameters, its value there."""
+
+    rank: int
+    trial_id: str
+    params: dict[str, Any]
+    search_value: float
+
+    @property
+    def name(self) -> str:
+        return f"c{self.rank}"
+
+
+@dataclass
+class FinalizePlan:
+    run: Path  # the search directory
+    out: Path  # the finalize's own directory (trials, out-of-fold predictions, reports)
+    final: Path  # the model it writes
+    config: ExperimentConfig  # the search's configuration, reading the search's prepared data
+    prepared: Path
+    candidates: list[Candidate]
+    folds: int
+    seed: int
+    groups: list[list[str]]  # the validation cases of each fold
+    tta: bool = True
+    pairs: bool = True
+    postprocess: bool = True
+    resume: bool = False
+    search_tracking: dict[str, Any] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "run": str(self.run),
+            "candidates": [asdict(c) for c in self.candidates],
+            "folds": self.folds,
+            "seed": self.seed,
+            "groups": self.groups,
+            "tta": self.tta,
+            "pairs": self.pairs,
+            "postprocess": self.postprocess,
+        }
+
+
+def plan_finalize(
+    run: str | Path,
+    *,
+    top: int,
+    folds: int,
+    seed: int = 0,
+    out: str | Path | None = None,
+    final: str | Path | None = None,
+    resume: bool = False,
+    tta: bool = True,
+    pairs: bool = True,
+    postprocess: bool = True,
+) -> FinalizePlan:
+    """Read the search in ``run`` and plan its finalize (on ``--resume``, the recorded plan).
+
+    Raises:
+        TuningError: not a finished search, K or F out of range, a finalize already there.
+        ConfigError / DataError: the search's files or data, naming them.
+    """
+    run = Path(run).resolve()
+    summary, config, prepared = _read_search(run)
+    out_dir = Path(out).resolve() if out else run / "finalize"
+    recorded = out_dir / PLAN_FILE
+    if recorded.is_file() and not resume:
+        raise TuningError(f"{out_dir}: a finalize already exists here; pass --resume to continue it, or choose --out")
+    if resume and not recorded.is_file():
+        raise TuningError(f"{out_dir}: no finalize to resume here (no {PLAN_FILE}); run without --resume")
+    if resume:
+        data = json.loads(recorded.read_text(encoding="utf-8"))
+        top, folds, seed = len(data["candidates"]), data["folds"], data["seed"]
+        tta, pairs, postprocess = data["tta"], data["pairs"], data["postprocess"]
+    candidates = _candidates(summary, config, top)
+    manifest = load_manifest(prepared)
+    groups = fold_groups(cv_cases(manifest), folds, seed)
+    _check_fold_sizes(config, groups, candidates)
+    plan = FinalizePlan(
+        run=run,
+        out=out_dir,
+        final=Path(final).resolve() if final else run / "final",
+        config=config,
+        prepared=prepared,
+        candidates=candidates,
+        folds=folds,
+        seed=seed,
+        groups=groups,
+        tta=tta,
+        pairs=pairs,
+        postprocess=postprocess,
+        resume=resume,
+        search_tracking=_search_tracking(run),
+    )
+    check_fold_classes(plan)
+    return plan
+
+
+def _read_search(run: Path) -> tuple[dict[str, Any], ExperimentConfig, Path]:
+    """The search's summary, configuration (on its prepared data) and prepared directory."""
+    if not run.is_dir():
+        raise TuningError(f"{run}: no such search directory")
+    info = marker_info(run)
+    if info is not None and info.get("written_by") != "distmis tune":
+        raise TuningError(f"{run}: written by {info.get('written_by')!r}, not a search (distmis tune's --out)")
+    missing = [name for name in ("results.csv", "summary.json", "search.yaml") if not (run / name).is_file()]
+    if missing:
+        raise TuningError(
+            f"{run}: a run directory without results (no {', '.join(missing)}); finalize takes a finished search: "
+            f"finish it first (distmis tune <file> --out {run} --resume)"
+        )
+    summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+    try:
+        config = load_config(run / "search.yaml", require_space=True)
+    except ConfigError as exc:
+        raise TuningError(f"{run / 'search.yaml'}: the search's configuration is not readable: {exc}") from None
+    prepared = Path(str(summary.get("prepared", "")))
+    if not (prepared / "info.json").is_file():
+        raise TuningError(f"{run / 'summary.json'}: its prepared data {prepared} is gone; prepare it again")
+    data = config.to_yaml_dict()
+    data["data"]["source"] = str(prepared)  # the search file's relative paths meant its own directory
+    return summary, ExperimentConfig.model_validate(data), prepared
+
+
+def _candidates(summary: dict[str, Any], config: ExperimentConfig, top: int) -> list[Candidate]:
+    metric, mode = config.search.metric, config.search.mode
+    scored: dict[str, tuple[float, str, dict[str, Any]]] = {}
+    for trial in summary.get("trials_detail", []):
+        value = (trial.get("best") or {}).get(metric)
+        if trial.get("status") != "TERMINATED" or value is None or not math.isfinite(float(value)):
+            continue
+        key = json.dumps(trial["params"], sort_keys=True)
+        better = key not in scored or (
+            float(value) > scored[key][0] if mode == "max" else float(value) < scored[key][0]
+        )
+        if better:
+            scored[key] = (float(value), str(trial["trial_id"]), dict(trial["params"]))
+    ranked = sorted(scored.values(), key=lambda t: t[0], reverse=mode == "max")
+    if top < 1 or top > len(ranked):
+        raise TuningError(
+            f"--top {top}: the search has {len(ranked)} configuration(s) with a {metric} value; choose 1..{len(ranked)}"
+        )
+    return [Candidate(i, trial_id, params, value) for i, (value, trial_id, params) in enumerate(ranked[:top])]
+
+
+def _check_fold_sizes(config: ExperimentConfig, groups: list[list[str]], candidates: list[Candidate]) -> None:
+    from distmis.config import apply_params
+
+    total = sum(len(g) for g in groups)
+    for c in candidates:
+        trial = apply_params(config, c.params)
+        batch = trial.train.batch_size_per_replica * trial.parallelism.workers_per_trial
+        smallest = total - max(len(g) for g in groups)
+        if smallest < batch:
+            raise TuningError(
+                f"--folds {len(groups)}: a fold trains on {smallest} case(s), fewer than one global batch of {batch} "
+                f"({c.name}: train.batch_size_per_replica x workers); use fewer folds"
+            )
+
+
+def check_fold_classes(plan: FinalizePlan) -> None:
+    """Every fold's validation cases hold every foreground class (and region) at least once.
+
+    Raises:
+        TuningError: naming the fold and the class.
+    """
+    from distmis.data import label_presence
+    from distmis.labels import metric_suffix
+
+    manifest = load_manifest(plan.prepared)
+    present = label_presence(manifest, [c for g in plan.groups for c in g])
+    masks: dict[str, set[int]] = {}
+    if manifest.label_mode == "binary":
+        masks["foreground"] = {v for v in manifest.labels if v > 0}
+    else:
+        masks.update({metric_suffix(n): {v} for v, n in manifest.labels.items() if v > 0})
+        masks.update({metric_suffix(n): set(vals) for n, vals in (manifest.regions or {}).items()})
+    for index, group in enumerate(plan.groups):
+        for name, values in masks.items():
+            if not any(present[case] & values for case in group):
+                raise TuningError(
+                    f"--folds {plan.folds}: fold {index} ({len(group)} validation case(s)) has no case with {name}; its "
+                    "cross-validated Dice would be undefined: use fewer folds (or another --seed)"
+                )
+
+
+def _search_tracking(run: Path) -> dict[str, Any]:
+    from distmis.tracking import STATE_FILE
+
+    path = run / STATE_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+__all__ = ["PLAN_FILE", "Candidate", "FinalizePlan", "check_fold_classes", "plan_finalize"]

@@ -1,0 +1,128 @@
+"""One owner per output directory: an exclusive OS lock for as long as a command writes there.
+
+Two ``distmis tune`` on the same ``--out``, started together, used to both run and share one
+MLflow parent run. Every command that writes an output directory (``tune``, ``compare``,
+``finalize``, ``prepare``, ``evaluate``) holds an exclusive ``fcntl.flock`` on a lock file for as
+long as it runs; a second one gets one error naming the holder (its PID, host and start time).
+
+Why a kernel lock and not a file that says "busy": the kernel releases a ``flock`` when its
+process dies, however it dies (SIGKILL, OOM killer, a node reboot), so a lock can never be left
+behind to block ``--resume``; the file itself stays and only records who held it last.
+
+* Node-local filesystems: the lock is exact.
+* Shared filesystems (NFS v4, Lustre, GPFS, BeeGFS): Linux maps ``flock`` to the filesystem's
+  byte-range locks, so a process on another node sees the lock too. If the holder's node dies,
+  the file server drops its locks when the node's lease expires (NFS: 90 s by default), after
+  which ``--resume`` proceeds; the error says so. A filesystem without locking (an NFS v3 mount
+  with ``nolock``) answers ENOLCK: distmis then goes on without the lock and says so once,
+  rather than refusing to run.
+
+Directories written piece by piece (a search, a comparison, a finalize) hold ``.distmis-lock``
+inside; outputs that appear all at once (``prepare``, ``evaluate``) lock a hidden sibling
+``.<name>.distmis-lock`` beside the output, removed again at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+from distmis.exceptions import OutputError
+
+LOCK_FILE = ".distmis-lock"
+
+
+def _holder(fh: TextIO) -> dict[str, Any]:
+    fh.seek(0)
+    try:
+        data = json.loads(fh.read() or "{}")
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _describe(holder: dict[str, Any]) -> str:
+    if not holder:
+        return "another process"
+    started = holder.get("started")
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)) if isinstance(started, (int, float)) else "?"
+    return f"distmis {holder.get('command', '?')} (PID {holder.get('pid', '?')} on {holder.get('host', '?')}, started {when})"
+
+
+@contextlib.contextmanager
+def output_lock(path: Path, *, command: str, option: str = "--out", remove: bool = False) -> Iterator[Path]:
+    """Hold an exclusive lock on ``path`` (a lock file) for the block.
+
+    Args:
+        path: the lock file (created if missing; its directory must exist).
+        command: who holds it, for the error a second process gets.
+        option: how the user named the output, for the message.
+        remove: delete the lock file at the end (a sibling lock of an atomic output).
+
+    Raises:
+        OutputError: another process holds the lock (naming it).
+    """
+    path = Path(path)
+    try:
+        fh = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - held open for the block: the lock lives with it
+    except OSError as exc:
+        raise OutputError(f"{option} {path.parent}: cannot create its lock file {path.name} ({exc.strerror})") from None
+    try:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise OutputError(
+                    f"{option} {path.parent}: in use by {_describe(_holder(fh))}; wait for it to end, or choose "
+                    f"another {option} (a holder on another node that died releases it when the file server's "
+                    "lease expires, about 90 s on NFS)"
+                ) from None
+            if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP):
+                raise
+            print(
+                f"distmis: warning: {path.parent}: this filesystem cannot lock files ({exc.strerror}); "
+                "nothing stops a second distmis from writing here at the same time",
+                file=sys.stderr,
+                flush=True,
+            )
+        _record(fh, command)
+        yield path
+    finally:
+        if remove:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        fh.close()  # releases the lock
+
+
+def _record(fh: TextIO, command: str) -> None:
+    """Who holds the lock now (read by the next process that finds it held)."""
+    with contextlib.suppress(OSError):  # a full disk must not stop the command for its lock note
+        fh.seek(0)
+        fh.truncate()
+        fh.write(
+            json.dumps({"command": command, "pid": os.getpid(), "host": socket.gethostname(), "started": time.time()})
+        )
+        fh.flush()
+
+
+def directory_lock(out: Path, *, command: str, option: str = "--out") -> contextlib.AbstractContextManager[Path]:
+    """The lock of a directory written piece by piece (``out/.distmis-lock``); ``out`` must exist."""
+    return output_lock(Path(out) / LOCK_FILE, command=command, option=option)
+
+
+def sibling_lock(out: Path, *, command: str, option: str = "OUT") -> contextlib.AbstractContextManager[Path]:
+    """The lock of an output that appears all at once: a hidden file beside it, removed at the end."""
+    out = Path(out)
+    return output_lock(out.parent / f".{out.name[:200]}{LOCK_FILE}", command=command, option=option, remove=True)
+
+
+__all__ = ["LOCK_FILE", "directory_lock", "output_lock", "sibling_lock"]

@@ -1,0 +1,100 @@
+"""Phases a command that runs trials is made of, each small: ``tune``, ``compare`` and ``finalize`` compose them.
+
+A search is: checks, ownership of ``--out``, data, a Ray session, tracking, trials, results, and
+one ending for every way it can end. The Ray session and the timing of phases are context
+managers here; the output's ownership is :mod:`distmis.files` and :mod:`distmis.locks`, tracking
+is :mod:`distmis.tuning._tracking`, the trials :mod:`distmis.tuning._tuner`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from distmis.files import write_json_atomic
+
+if TYPE_CHECKING:
+    from distmis.config import ExperimentConfig
+
+
+class Timings:
+    """Where a command's wall time went, phase by phase (``timings.json``: read by
+    ``benchmarks/tune_overhead.py`` to profile the fixed cost outside the trials)."""
+
+    def __init__(self) -> None:
+        self.started = time.time()
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+
+    def write(self, path: Path) -> None:
+        write_json_atomic(path, {k: round(v, 3) for k, v in self.seconds.items()})
+
+
+@contextlib.contextmanager
+def ray_session(
+    address: str | None, *, env_vars: dict[str, str] | None = None, num_cpus: int | None = None
+) -> Iterator[dict[str, float]]:
+    """A private local Ray, or the cluster at ``address`` / ``RAY_ADDRESS``; yields its resources.
+
+    Disconnects at the end when this call connected (a caller's own session is left alone); a
+    local Ray it started stops with it.
+    """
+    from distmis.raysession import init_ray, use_private_token
+
+    use_private_token(address)  # before Ray is imported anywhere in this process
+    import ray
+
+    connected_here = not ray.is_initialized()
+    resources = init_ray(address, env_vars=env_vars, num_cpus=num_cpus)
+    try:
+        yield resources
+    finally:
+        if connected_here and ray.is_initialized():
+            ray.shutdown()
+
+
+def alive_nodes() -> list[dict[str, float]]:
+    """The resources of every live node of the connected cluster."""
+    import ray
+
+    return [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+
+
+def tune_environment() -> None:
+    """Ray Tune's settings for a distmis search (defaults: a user's own values win)."""
+    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "5")  # experiment state saved often: resumable after kill -9
+    os.environ.setdefault("RAY_CHDIR_TO_TRIAL_DIR", "0")
+    # checkpointing every epoch is deliberate (resume loses at most one epoch): no warning for it
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+
+
+def search_inputs(config: ExperimentConfig, space_file: Path | None, base_dir: Path) -> dict[str, Any]:
+    """What a search reads, which its ``--out`` must never be, contain or lie inside."""
+    source = None if config.data.source == "synthetic" else base_dir / Path(config.data.source).expanduser()
+    return {"data source": source, "search-space file": space_file}
+
+
+def prepared_data(config: ExperimentConfig, base_dir: Path) -> Path:
+    """The prepared directory a search trains on (made and cached on first use), its shards checked:
+    a damaged shard is named now, not in every trial."""
+    from distmis.data import load_manifest, resolve_prepared, verify_shards
+
+    prepared = resolve_prepared(config.data, base_dir=base_dir)
+    manifest = load_manifest(prepared)
+    for split in ("train", "val"):
+        verify_shards(manifest, split)
+    return prepared
+
+
+__all__ = ["Timings", "alive_nodes", "prepared_data", "ray_session", "search_inputs", "tune_environment"]

@@ -1,0 +1,108 @@
+"""What ``distmis tune --resume`` may continue: only the search it was given, with the same settings.
+
+A resumed search reruns Tune's saved experiment (its sampler, scheduler, budget and concurrency
+are restored from ``tune/``) with trials built from the configuration given now. A different file
+would mix two searches in one ``results.csv`` (it happened: ``best.yaml`` then claimed 2 epochs for
+a 1-epoch trial). So the given file is compared with the search's ``search.yaml``, and only what
+a resume really applies may differ:
+
+* ``tracking.final_flush_seconds``: how long the end waits for MLflow;
+* ``tracking.uri``: the credentials of the same store (a resume reattaches to the runs it made).
+
+Anything else is refused with the differing keys named. A comparison's mode directory, a
+comparison and a finalize are refused too, naming the command that continues them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from distmis.config import ExperimentConfig
+from distmis.exceptions import TuningError
+from distmis.files import marker_info
+
+RECORDED = "search.yaml"
+#: what a resume may change, and why it is safe
+MAY_CHANGE = ("tracking.final_flush_seconds",)
+COMPARE_PLAN = "compare.json"
+
+
+def check_resume_target(out: Path, space_file: Path | None) -> None:
+    """Refuse a directory ``distmis tune --resume`` does not own, naming the command that does."""
+    space = space_file or "<file>"
+    if (out / COMPARE_PLAN).is_file():
+        raise TuningError(
+            f"{out}: a comparison, not a search; continue it with: distmis compare {space} --out {out} --resume"
+        )
+    if (out.parent / COMPARE_PLAN).is_file():
+        raise TuningError(
+            f"{out}: the {out.name} mode of the comparison {out.parent}; continue the comparison with: "
+            f"distmis compare <file> --out {out.parent} --resume"
+        )
+    info = marker_info(out) if out.is_dir() else None
+    written_by = str((info or {}).get("written_by", ""))
+    if written_by.startswith("distmis finalize"):
+        raise TuningError(
+            f"{out}: a finalize, not a search; continue it with: distmis finalize <search> --out {out} --resume"
+        )
+    if info is not None and written_by != "distmis tune":
+        raise TuningError(f"{out}: written by {written_by!r}, not by distmis tune; nothing to resume here")
+
+
+def check_resume_config(out: Path, config: ExperimentConfig, space_file: Path | None, tracking_uri: str | None) -> None:
+    """Refuse a resume whose configuration differs from the search's recorded ``search.yaml``.
+
+    Raises:
+        TuningError: naming the differing keys and what may change.
+    """
+    recorded_file = out / RECORDED
+    if space_file is None or not recorded_file.is_file():
+        return  # a search started from code records no file: nothing to compare with
+    from distmis.config import load_config
+
+    try:
+        recorded = load_config(recorded_file, require_space=True)
+    except Exception as exc:  # noqa: BLE001 - a damaged record is itself a reason to stop
+        raise TuningError(f"{recorded_file}: cannot read the search being resumed ({exc})") from None
+    keys = [k for k in differences(recorded.to_yaml_dict(), config.to_yaml_dict()) if k not in MAY_CHANGE]
+    keys += _store_difference(out, config, tracking_uri)
+    if keys:
+        shown = ", ".join(keys[:8]) + (f" and {len(keys) - 8} more" if len(keys) > 8 else "")
+        raise TuningError(
+            f"{space_file}: differs from the search being resumed ({recorded_file}) in {shown}; a resume continues "
+            f"the same search (it may change only {', '.join(MAY_CHANGE)} and the credentials of its MLflow "
+            "store): resume with the file it started from, or start a new search with another --out"
+        )
+
+
+def _store_difference(out: Path, config: ExperimentConfig, cli: str | None) -> list[str]:
+    """``tracking.uri`` when the resume names another MLflow store than the one the search's runs are in."""
+    import json
+
+    from distmis.tracking import STATE_FILE, redact_uri
+
+    state = out / STATE_FILE
+    if not state.is_file():
+        return []
+    store = json.loads(state.read_text()).get("tracking_uri")
+    given = cli or config.tracking.uri
+    if store and given and redact_uri(given) != store:
+        return [f"tracking.uri (or --tracking-uri): its runs are in {store}"]
+    return []
+
+
+def differences(before: Any, after: Any, prefix: str = "") -> list[str]:
+    """The dotted keys whose values differ between two configuration documents."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        keys: list[str] = []
+        for key in sorted(set(before) | set(after), key=str):
+            path = f"{prefix}.{key}" if prefix else str(key)
+            if key == "uri" and prefix == "tracking":
+                continue  # compared as a store (_store_difference): credentials may be given again
+            keys += differences(before.get(key), after.get(key), path)
+        return keys
+    return [] if before == after else [prefix or "<root>"]
+
+
+__all__ = ["MAY_CHANGE", "check_resume_config", "check_resume_target", "differences"]

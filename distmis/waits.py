@@ -1,0 +1,72 @@
+"""Bounded waits on anything outside the process: a call that may hang is given a deadline.
+
+A library call that connects somewhere (Ray to a cluster address, SQLAlchemy to a database that
+accepts connections and never answers) can block for minutes with no word to the user. Such a
+call runs on a daemon thread here, and the caller gets :class:`WaitExpired` when the deadline
+passes: the command then says what it waited for and exits, and the abandoned thread dies with
+the process.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+class WaitExpired(Exception):
+    """The call did not return within its bound (it may still be running on its thread)."""
+
+
+def call_within(seconds: float, fn: Callable[[], T], *, name: str = "distmis-bounded-call") -> T:
+    """``fn()``, or :class:`WaitExpired` if it has not returned after ``seconds``; its error is re-raised."""
+    result: list[T] = []
+    error: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            result.append(fn())
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            error.append(exc)
+
+    worker = threading.Thread(target=target, name=name, daemon=True)
+    worker.start()
+    worker.join(max(0.0, seconds))
+    if error:
+        raise error[0]
+    if not result:
+        raise WaitExpired(f"no answer within {seconds:.0f} s")
+    return result[0]
+
+
+class Background:
+    """``fn()`` started on a thread now, its result (or error) collected later with :meth:`result`.
+
+    Start-up work that waits on something else (MLflow's database while Ray starts its
+    processes) runs side by side instead of one after the other.
+    """
+
+    def __init__(self, fn: Callable[[], T], *, name: str) -> None:
+        self._result: list[object] = []
+        self._error: list[BaseException] = []
+
+        def target() -> None:
+            try:
+                self._result.append(fn())
+            except BaseException as exc:  # noqa: BLE001 - handed to result()
+                self._error.append(exc)
+
+        self._thread = threading.Thread(target=target, name=name, daemon=True)
+        self._thread.start()
+
+    def result(self) -> object:
+        """Wait for the call to end; its return value, or its error raised here."""
+        self._thread.join()
+        if self._error:
+            raise self._error[0]
+        return self._result[0]
+
+
+__all__ = ["Background", "WaitExpired", "call_within"]

@@ -1,0 +1,152 @@
+"""A small multi-class segmentation task on real anatomy: grey and white matter of the MNI152 brain.
+
+nilearn's wheel ships the ICBM 2009a MNI152 template (T1, skull-stripped, 1 mm) with its grey-
+and white-matter probability maps, so a real-anatomy task can be built here without a download.
+Each case is one "subject" made from the template: a random small rotation, scaling and shift,
+an optional left-right flip, resampled to ``voxel_mm`` and cropped to ``shape``, with a smooth
+intensity bias field, a gamma change and noise. The label of a voxel is the most probable tissue
+of the maps at that point (0 background/CSF, 1 grey matter, 2 white matter), so the grey-matter
+ribbon is as thin as the resolution makes it: 1-2 voxels at 2 mm, the structure a 3D U-Net finds
+hardest.
+
+Used by the tests (``tests/training``) and by ``benchmarks/search_efficiency.py``; nilearn is a
+test-only dependency, so this stays out of the ``distmis`` package.
+
+    python tests/anatomy.py OUT [--cases 20] [--shape 64] [--voxel-mm 2] [--seed 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+import numpy as np
+
+LABELS = {0: "background", 1: "grey matter", 2: "white matter"}
+TISSUES = ("t1", "gm", "wm")
+
+
+def _template() -> dict[str, np.ndarray]:
+    """The 1 mm T1 template and tissue maps, as float32 in [0, 1] (their files store 0..255)."""
+    import nibabel as nib
+    from nilearn import datasets
+
+    base = Path(datasets.__file__).parent / "data"
+    out = {}
+    for name in TISSUES:
+        img = nib.load(str(base / f"mni_icbm152_{name}_tal_nlin_sym_09a_converted.nii.gz"))
+        out[name] = np.asarray(img.dataobj, dtype=np.float32) / 255.0
+    return out
+
+
+def _rotation(angles: np.ndarray) -> np.ndarray:
+    ax, ay, az = angles
+    rx = np.array([[1, 0, 0], [0, math.cos(ax), -math.sin(ax)], [0, math.sin(ax), math.cos(ax)]])
+    ry = np.array([[math.cos(ay), 0, math.sin(ay)], [0, 1, 0], [-math.sin(ay), 0, math.cos(ay)]])
+    rz = np.array([[math.cos(az), -math.sin(az), 0], [math.sin(az), math.cos(az), 0], [0, 0, 1]])
+    return rz @ ry @ rx
+
+
+def make_case(
+    template: dict[str, np.ndarray],
+    rng: np.random.Generator,
+    *,
+    shape: tuple[int, int, int],
+    voxel_mm: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """One subject: T1 image (X, Y, Z) float32 and label (X, Y, Z) uint8 in 0..2."""
+    from scipy.ndimage import affine_transform, gaussian_filter
+
+    t1 = template["t1"]
+    brain = np.argwhere(t1 > 0)
+    centre = (brain.min(0) + brain.max(0)) / 2.0
+    extent = brain.max(0) - brain.min(0)
+    # output voxel -> template voxel (1 mm): rotate and scale about the brain's centre, then shift
+    # the crop within the brain (a crop smaller than the brain sees a different part of it)
+    linear = _rotation(rng.uniform(-0.14, 0.14, 3)) * voxel_mm / rng.uniform(0.9, 1.1)
+    if rng.random() < 0.5:
+        linear = linear @ np.diag([-1.0, 1.0, 1.0])  # left-right flip
+    room = np.maximum(extent - np.asarray(shape) * voxel_mm, 0) / 2.0
+    shift = centre + rng.uniform(-1, 1, 3) * room * 0.8
+    offset = shift - linear @ ((np.asarray(shape) - 1) / 2.0)
+    warped = {
+        name: affine_transform(vol, linear, offset=offset, output_shape=shape, order=1, mode="constant", cval=0.0)
+        for name, vol in template.items()
+    }
+    gm, wm = warped["gm"], warped["wm"]
+    rest = np.clip(1.0 - gm - wm, 0.0, 1.0)
+    label = np.argmax(np.stack([rest, gm, wm]), axis=0).astype(np.uint8)
+    label[warped["t1"] <= 0.02] = 0
+
+    image = np.clip(warped["t1"], 0.0, None)
+    inside = image > 0.02
+    image = image ** rng.uniform(0.75, 1.33)  # contrast of another scanner
+    grid = np.stack(np.meshgrid(*[np.linspace(-1, 1, n) for n in shape], indexing="ij"))
+    bias = np.exp(np.tensordot(rng.normal(0, 0.12, 3), grid, axes=1))  # smooth multiplicative bias field
+    image = image * bias * rng.uniform(400, 1200)
+    noise = gaussian_filter(rng.normal(0, 1, shape), 0.6)
+    image = image + noise * image[inside].mean() * rng.uniform(0.02, 0.06)
+    image = np.where(inside, np.clip(image, 1e-3, None), 0.0)
+    return image.astype(np.float32), label
+
+
+def write_mni152_task(
+    out: str | Path,
+    *,
+    cases: int = 20,
+    shape: tuple[int, int, int] = (64, 64, 64),
+    voxel_mm: float = 2.0,
+    seed: int = 0,
+) -> Path:
+    """Write an MSD-layout dataset (dataset.json, imagesTr, labelsTr) of ``cases`` subjects."""
+    import nibabel as nib
+
+    from distmis.files import atomic_directory, write_json_atomic
+
+    out = Path(out)
+    template = _template()
+    rng = np.random.default_rng(seed)
+    affine = np.diag([voxel_mm, voxel_mm, voxel_mm, 1.0])
+    with atomic_directory(out, command="synth (mni152 test task)") as tmp:
+        (tmp / "imagesTr").mkdir()
+        (tmp / "labelsTr").mkdir()
+        training = []
+        for i in range(cases):
+            image, label = make_case(template, rng, shape=shape, voxel_mm=voxel_mm)
+            cid = f"MNI_{i:03d}"
+            nib.save(nib.Nifti1Image(image, affine), tmp / "imagesTr" / f"{cid}.nii.gz")
+            nib.save(nib.Nifti1Image(label, affine), tmp / "labelsTr" / f"{cid}.nii.gz")
+            training.append({"image": f"./imagesTr/{cid}.nii.gz", "label": f"./labelsTr/{cid}.nii.gz"})
+        write_json_atomic(
+            tmp / "dataset.json",
+            {
+                "name": "MNI152_TISSUES",
+                "description": f"grey/white matter of the ICBM 2009a MNI152 template, {cases} warped subjects "
+                f"at {voxel_mm:g} mm (seed {seed})",
+                "reference": "nilearn's MNI152 template and tissue probability maps",
+                "tensorImageSize": "3D",
+                "modality": {"0": "T1w"},
+                "labels": {str(k): v for k, v in LABELS.items()},
+                "numTraining": cases,
+                "numTest": 0,
+                "training": training,
+                "test": [],
+            },
+        )
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("out")
+    p.add_argument("--cases", type=int, default=20)
+    p.add_argument("--shape", type=int, default=64)
+    p.add_argument("--voxel-mm", type=float, default=2.0)
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args()
+    print(write_mni152_task(a.out, cases=a.cases, shape=(a.shape,) * 3, voxel_mm=a.voxel_mm, seed=a.seed))
+
+
+if __name__ == "__main__":
+    main()

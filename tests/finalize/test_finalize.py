@@ -1,0 +1,258 @@
+"""distmis finalize: folds, fold trainings as trials, the ensemble in final/, resume, bad input."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+import pytest
+from raycluster import clean_env, stop_group
+
+from distmis.data import cv_cases, fold_groups, fold_view, load_manifest, make_dataset
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tuning"))
+from test_search import space_file
+
+FOLDS = 3
+
+
+def _distmis(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "distmis", *args], env=clean_env(), capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_folds_are_disjoint_cover_train_and_validation_and_never_the_test_split(prepared16: Path) -> None:
+    manifest = load_manifest(prepared16)
+    splits = manifest.info["splits"]
+    usable = sorted(splits["train"]["cases"] + splits["val"]["cases"])
+    groups = fold_groups(cv_cases(manifest), FOLDS, seed=0)
+    assert sorted(c for g in groups for c in g) == usable  # every train + validation case, once
+    assert all(not set(a) & set(b) for i, a in enumerate(groups) for b in groups[i + 1 :])
+    assert not set(splits["test"]["cases"]) & set(usable)
+    assert max(map(len, groups)) - min(map(len, groups)) <= 1
+    assert fold_groups(cv_cases(manifest), FOLDS, seed=0) == groups  # deterministic
+    import tensorflow as tf
+
+    spec = {"case_id": tf.io.FixedLenFeature([], tf.string)}
+    for index, group in enumerate(groups):
+        view = fold_view(manifest, index, FOLDS, 0)
+        assert view.info["splits"]["val"]["cases"] == group
+        assert sorted(view.info["splits"]["train"]["cases"]) == sorted(set(usable) - set(group))
+        # the loader reads exactly the fold's cases (ids from the records, not from the manifest)
+        seen = {
+            tf.io.parse_single_example(r, spec)["case_id"].numpy().decode()
+            for r in tf.data.TFRecordDataset(view.files("val")).filter(
+                lambda r, g=group: tf.reduce_any(tf.equal(tf.io.parse_single_example(r, spec)["case_id"], g))
+            )
+        }
+        assert seen == set(group)
+        batches = make_dataset(view, "val", batch_size=1, training=False)
+        assert sum(1 for _ in batches) == len(group)
+
+
+@pytest.fixture(scope="module")
+def search(prepared16: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("finalize")
+    path = space_file(
+        tmp,
+        prepared16,
+        name="fin",
+        algorithm="random",
+        samples=3,
+        epochs=2,
+        concurrency=2,
+        space={"lr": {"loguniform": [5.0e-3, 2.0e-2]}, "norm": {"choice": ["group", "none"]}},
+    )
+    out = tmp / "runs" / "fin"
+    result = _distmis("tune", str(path), "--out", str(out))
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    return out
+
+
+@pytest.mark.slow
+def test_finalize_chooses_by_cross_validation_and_writes_an_ensemble(search: Path, tmp_path: Path) -> None:
+    result = _distmis("finalize", str(search), "--top", "2", "--folds", str(FOLDS))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    out, final = search / "finalize", search / "final"
+    assert not (out / "results.csv").exists()  # a finalize writes cv.csv, not a search's results
+    cv = list(csv.DictReader(open(out / "cv.csv")))
+    assert {r["configuration"] for r in cv} == {"c0", "c1"}
+    assert len(cv) == 2 * sum(
+        1 for _ in cv_cases(load_manifest(json.loads((search / "summary.json").read_text())["prepared"]))
+    )
+    for name in ("report.md", "report.html", "plots/cv_boxplot.png", "plots/selection_bias.png"):
+        assert (out / name).is_file(), name
+    report = (out / "report.md").read_text()
+    assert "selection bias" in report.lower() and "Chosen:" in report
+    ensemble = json.loads((final / "ensemble.json").read_text())
+    selection = json.loads((final / "selection.json").read_text())
+    assert len(ensemble["members"]) == FOLDS * len(selection["members"])
+    assert ensemble["tta"] is True
+    for member in ensemble["members"]:
+        assert (final / member / "weights.npz").is_file() and (final / member / "config.yaml").is_file()
+    assert (final / "preprocessing.json").is_file() and (final / "config.yaml").is_file()
+    # MLflow: a finalize run nested under the search's parent, one child per fold training
+    from mlflow.tracking import MlflowClient
+
+    state = json.loads((search / "mlflow.json").read_text())
+    client = MlflowClient(tracking_uri=f"sqlite:///{search.parent / 'mlflow.db'}")
+    runs = client.search_runs([state["experiment_id"]])
+    finalize = [r for r in runs if r.data.tags.get("distmis.role") == "finalize"]
+    assert len(finalize) == 1 and finalize[0].data.tags["mlflow.parentRunId"] == state["parent_run_id"]
+    folds = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == finalize[0].info.run_id]
+    assert len(folds) == 2 * FOLDS and all(r.info.status == "FINISHED" for r in folds)
+    assert finalize[0].info.status == "FINISHED"
+    # the one honest test score, and predict keeping the source geometry
+    evaluated = _distmis("evaluate", str(final), "--split", "test")
+    assert evaluated.returncode == 0, evaluated.stdout[-2000:] + evaluated.stderr[-2000:]
+    summary = json.loads((search / "evaluate-test" / "summary.json").read_text())
+    assert summary["scored"] == 2 and summary["options"]["tta"] is True
+    raw = Path(load_manifest(json.loads((search / "summary.json").read_text())["prepared"]).info["source"]["path"])
+    scan = next((raw / "imagesTs").glob("*.nii.gz"))
+    predicted = _distmis("predict", str(final), str(scan), "--out", str(tmp_path / "pred.nii.gz"))
+    assert predicted.returncode == 0, predicted.stderr[-2000:]
+    assert "network passes per cube" in predicted.stdout
+    pred, image = nib.load(tmp_path / "pred.nii.gz"), nib.load(scan)
+    assert pred.shape == image.shape[:3]
+    np.testing.assert_allclose(pred.affine, image.affine, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_a_final_with_a_member_missing_its_weights_is_refused_by_name(search: Path, tmp_path: Path) -> None:
+    final = search / "final"
+    if not (final / "ensemble.json").is_file():
+        assert _distmis("finalize", str(search), "--top", "2", "--folds", str(FOLDS)).returncode == 0
+    broken = tmp_path / "final"
+    shutil.copytree(final, broken)
+    member = json.loads((broken / "ensemble.json").read_text())["members"][1]
+    (broken / member / "weights.npz").unlink()
+    raw = Path(load_manifest(json.loads((search / "summary.json").read_text())["prepared"]).info["source"]["path"])
+    result = _distmis("predict", str(broken), str(raw / "imagesTs"), "--out", str(tmp_path / "preds"))
+    assert result.returncode == 2, result.stdout[-1500:] + result.stderr[-1500:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("distmis: error:")]
+    assert len(errors) == 1 and member in errors[0] and "weights.npz" in errors[0], errors
+    assert not (tmp_path / "preds").exists()
+    (broken / member / "weights.npz").write_bytes(b"not an archive")  # present but damaged
+    result = _distmis("evaluate", str(broken), "--split", "test", "--out", str(tmp_path / "ev"), "--no-track")
+    assert result.returncode == 2 and member in result.stderr and "weights" in result.stderr, result.stderr[-1500:]
+
+
+@pytest.mark.slow
+def test_a_finalize_killed_mid_fold_resumes_without_training_a_fold_twice(search: Path, tmp_path: Path) -> None:
+    out = tmp_path / "finalize"
+    log = tmp_path / "finalize.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "distmis", "finalize", str(search), "--top", "1", "--folds", str(FOLDS), "--out",
+         str(out), "--no-tta"],
+        env=clean_env(PYTHONUNBUFFERED="1"),
+        stdout=open(log, "w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )  # fmt: skip
+
+    def rows(path: Path) -> int:
+        return len(list(csv.DictReader(open(path))))
+
+    finished: dict[Path, str] = {}
+    try:
+        deadline = time.monotonic() + 400
+        while time.monotonic() < deadline and proc.poll() is None:
+            done = [m for m in out.glob("trials/*/metrics.csv") if rows(m) >= 2]
+            started = list(out.glob("trials/*/metrics.csv"))
+            if done and len(started) > len(done):  # one fold finished, another one training
+                finished = {m: m.read_text() for m in done}
+                break
+            time.sleep(0.2)
+        assert finished, f"no fold finished while another trained; see {log}"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        stop_group(proc, timeout=5)
+    resumed = _distmis("finalize", str(search), "--resume", "--out", str(out))
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    for path, text in finished.items():  # a finished fold was not trained again
+        assert path.read_text() == text
+    folds = [m for m in out.glob("trials/*/metrics.csv") if rows(m) == 2]
+    assert len(folds) >= FOLDS
+    from mlflow.tracking import MlflowClient
+
+    state = json.loads((out / "mlflow.json").read_text())
+    client = MlflowClient(tracking_uri=f"sqlite:///{search.parent / 'mlflow.db'}")
+    for trial in state["trials"].values():
+        if trial.get("run_id") and trial.get("finished"):
+            steps = [m.step for m in client.get_metric_history(trial["run_id"], "val_dice")]
+            assert len(steps) == len(set(steps)), steps  # no epoch logged twice
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("args", "token"),
+    [
+        (["--top", "9", "--folds", "3"], "--top 9"),
+        (["--top", "1", "--folds", "99"], "--folds 99"),
+        (["--top", "1", "--folds", "1"], "--folds 1"),
+    ],
+)
+def test_finalize_refuses_what_the_search_cannot_give(search: Path, args: list[str], token: str) -> None:
+    result = _distmis("finalize", str(search), *args, "--out", str(search.parent / "never"))
+    assert result.returncode == 2, result.stderr[-1500:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("distmis: error:")]
+    assert len(errors) == 1 and token in errors[0], errors
+    assert not (search.parent / "never").exists()
+
+
+@pytest.mark.slow
+def test_finalize_of_a_run_without_results_is_refused(search: Path, tmp_path: Path) -> None:
+    unfinished = tmp_path / "unfinished"
+    shutil.copytree(search, unfinished, ignore=shutil.ignore_patterns("results.csv", "finalize", "final"))
+    result = _distmis("finalize", str(unfinished), "--top", "1", "--folds", "2")
+    assert result.returncode == 2 and "without results" in result.stderr, result.stderr[-1500:]
+
+
+def test_finalize_refuses_a_fold_whose_validation_cases_lack_a_class(tmp_path: Path) -> None:
+    """Class 2 is in one case only: with 3 folds, two folds would validate without it."""
+    raw = tmp_path / "raw"
+    for sub in ("imagesTr", "labelsTr"):
+        (raw / sub).mkdir(parents=True)
+    training = []
+    for i in range(6):
+        label = np.zeros((8, 8, 8), np.uint8)
+        label[2:6, 2:6, 2:6] = 1
+        if i == 0:
+            label[3:5, 3:5, 3:5] = 2
+        image = (label * 50.0 + 100.0).astype(np.float32)
+        nib.save(nib.Nifti1Image(image, np.eye(4)), raw / "imagesTr" / f"C{i}.nii.gz")
+        nib.save(nib.Nifti1Image(label, np.eye(4)), raw / "labelsTr" / f"C{i}.nii.gz")
+        training.append({"image": f"./imagesTr/C{i}.nii.gz", "label": f"./labelsTr/C{i}.nii.gz"})
+    (raw / "dataset.json").write_text(json.dumps({
+        "modality": {"0": "T1"}, "labels": {"0": "background", "1": "big", "2": "rare"}, "training": training,
+    }))  # fmt: skip
+    prepared = tmp_path / "prepared"
+    made = _distmis("prepare", str(raw), str(prepared), "--shape", "8", "--label-mode", "multiclass",
+                    "--split", "0.8,0.2,0.0")  # fmt: skip
+    assert made.returncode == 0, made.stderr[-1500:]
+    run = tmp_path / "run"  # what a finished search leaves, without its trials
+    run.mkdir()
+    (run / ".distmis-output").write_text(json.dumps({"written_by": "distmis tune"}))
+    (run / "search.yaml").write_text(
+        f"name: rare\ndata: {{source: {prepared}}}\ntrain: {{epochs: 1, batch_size_per_replica: 1}}\n"
+        "model: {depth: 2, filters: 4}\nspace:\n  lr: {loguniform: [1.0e-3, 1.0e-2]}\n"
+    )
+    (run / "results.csv").write_text("trial_id\n")
+    detail = [{"trial_id": "t0", "status": "TERMINATED", "params": {"lr": 0.005}, "best": {"val_dice": 0.5}}]
+    (run / "summary.json").write_text(json.dumps({"prepared": str(prepared), "trials_detail": detail}))
+    result = _distmis("finalize", str(run), "--top", "1", "--folds", "3")
+    assert result.returncode == 2, result.stdout[-1500:] + result.stderr[-1500:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("distmis: error:")]
+    assert len(errors) == 1 and "rare" in errors[0] and "--folds 3" in errors[0], errors
+    assert not (run / "finalize").exists()
