@@ -4,7 +4,7 @@ run as a user runs it (see conftest.py for the checks every case makes: exit 2, 
 ``distmis: error:`` line naming what is wrong, every input byte-identical, nothing left behind).
 
 The cases that need two processes at once, a real cluster or a full disk are end-to-end tests of
-their own: tests/tuning/test_shared_state.py.
+their own: tests/tuning/test_tune_shared_state.py.
 """
 
 from __future__ import annotations
