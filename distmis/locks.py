@@ -72,6 +72,8 @@ def output_lock(path: Path, *, command: str, option: str = "--out", remove: bool
         OutputError: another process holds the lock (naming it).
     """
     path = Path(path)
+    existed = path.exists()
+    held = failed = False
     try:
         fh = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - held open for the block: the lock lives with it
     except OSError as exc:
@@ -94,12 +96,25 @@ def output_lock(path: Path, *, command: str, option: str = "--out", remove: bool
                 file=sys.stderr,
                 flush=True,
             )
+        held = True
         _record(fh, command)
-        yield path
+        try:
+            yield path
+        except BaseException:
+            failed = True
+            raise
     finally:
-        if remove:
-            with contextlib.suppress(OSError):
-                path.unlink()
+        if held:
+            # The holder's record means something only while it is held; emptied on release, a
+            # command that refuses its input (a --resume that does not match, say) leaves the
+            # directory byte-identical, and one that created the file for nothing removes it.
+            if remove or (failed and not existed):
+                with contextlib.suppress(OSError):
+                    path.unlink()
+            else:
+                with contextlib.suppress(OSError):
+                    fh.seek(0)
+                    fh.truncate()
         fh.close()  # releases the lock
 
 

@@ -90,11 +90,7 @@ def init_ray(
     return ray.cluster_resources()
 
 
-def _connect(address: str, source: str, runtime_env: dict[str, Any] | None) -> None:
-    """``ray.init(address=...)`` within :data:`CONNECT_SECONDS`, after a TCP probe of the address."""
-    import ray
-
-    start = time.monotonic()
+def _failure(address: str, source: str, start: float) -> Any:
     hint = "unset RAY_ADDRESS to start a local Ray" if source == "RAY_ADDRESS" else "check the address"
 
     def fail(reason: str) -> ClusterError:
@@ -103,6 +99,29 @@ def _connect(address: str, source: str, runtime_env: dict[str, Any] | None) -> N
             f"{time.monotonic() - start:.1f} s; {hint}, or start the cluster first"
         )
 
+    return fail
+
+
+def probe_address(address: str | None) -> None:
+    """Fail early, before anything is written (tracking, output), when ``--address`` or
+    ``RAY_ADDRESS`` names a host and port where nothing listens; no-op for a local Ray.
+
+    Raises:
+        ClusterError: naming the address, where it came from and how long was waited.
+    """
+    source = "--address" if address else "RAY_ADDRESS"
+    address = address or os.environ.get("RAY_ADDRESS")
+    if address:
+        start = time.monotonic()
+        _probe(address, start, _failure(address, source, start))
+
+
+def _connect(address: str, source: str, runtime_env: dict[str, Any] | None) -> None:
+    """``ray.init(address=...)`` within :data:`CONNECT_SECONDS`, after a TCP probe of the address."""
+    import ray
+
+    start = time.monotonic()
+    fail = _failure(address, source, start)
     _probe(address, start, fail)
     left = CONNECT_SECONDS - (time.monotonic() - start)
     try:

@@ -27,6 +27,7 @@ from distmis.finalize._cv import Selection, choose, out_of_fold, raw_cases, sing
 from distmis.finalize._final import write_final
 from distmis.finalize._plan import PLAN_FILE, FinalizePlan, plan_finalize
 from distmis.finalize._report import cv_metric, plots, write_cv_csv, write_reports
+from distmis.raysession import probe_address
 from distmis.tensorflow_env import apply_tensorflow_env, tensorflow_env
 from distmis.tracking import SearchTracker
 from distmis.tuning import (
@@ -99,6 +100,7 @@ def run_finalize(
             run, top=top, folds=folds, seed=seed, out=out, resume=resume, tta=tta, pairs=pairs, postprocess=postprocess
         )
         config = fold_config(plan)
+        probe_address(address)  # a dead address is named before the output is touched
     tune_environment()
     apply_tensorflow_env()
     with contextlib.ExitStack() as session:

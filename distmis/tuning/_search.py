@@ -31,6 +31,7 @@ from distmis.config import ExperimentConfig
 from distmis.exceptions import TuningError
 from distmis.files import OutputClaim, check_output, marker_info, write_text_atomic
 from distmis.preflight import preflight
+from distmis.raysession import probe_address
 from distmis.tensorflow_env import apply_tensorflow_env, tensorflow_env
 from distmis.tracking import SearchTracker
 from distmis.tuning._interrupt import STOP_REQUESTED
@@ -187,6 +188,7 @@ def run_search(
     timings = Timings()
     with timings.phase("checks"):
         plan = check_search(config, space_file, out, resume, tracking_uri)
+        probe_address(address)  # a dead address is named before tracking or the output is touched
     tune_environment()
     apply_tensorflow_env()
     workers_env = {**tensorflow_env(), "PYTHONWARNINGS": "ignore::DeprecationWarning"}
