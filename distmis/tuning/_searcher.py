@@ -141,9 +141,23 @@ class OptunaSearcher(Searcher):
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         self._report(trial_id, result)
 
+    def _already_told(self, trial_id: str) -> bool:
+        """Whether the study already holds this trial as finished. A driver killed after telling Optuna
+        and before Tune saved its state resumes with the trial unfinished in Tune's eyes; the journal is
+        the truth, and a finished Optuna trial cannot be told again."""
+        if trial_id in self._finished:
+            return True
+        number = self._numbers.get(trial_id)
+        trials = self._study.get_trials(deepcopy=False)
+        if number is not None and number < len(trials) and trials[number].state.is_finished():
+            self._finished.add(trial_id)
+            self._trial_cache.pop(trial_id, None)
+            return True
+        return False
+
     def _report(self, trial_id: str, result: dict[str, Any] | None) -> None:
         """One intermediate value per epoch (the epoch is the step; each is written once)."""
-        if not result or trial_id in self._finished:
+        if not result or self._already_told(trial_id):
             return
         trial = self._trial(trial_id)
         value, step = result.get(self._metric), result.get("epoch")
@@ -153,7 +167,7 @@ class OptunaSearcher(Searcher):
             trial.report(float(value), int(step))
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
-        if trial_id in self._finished or trial_id not in self._numbers:
+        if trial_id not in self._numbers or self._already_told(trial_id):
             return
         from optuna.trial import TrialState
 

@@ -77,7 +77,7 @@ def test_mode_config_runs_exactly_the_points(tmp_path: Path) -> None:
 
 
 def test_points_must_name_searched_parameters() -> None:
-    with pytest.raises(ValueError, match=r"search.points\[0\]"):
+    with pytest.raises(ValueError, match=r"search\.points\.0: \[.learning_rate.\] are not parameters"):
         _config(algorithm="points", points=[{"learning_rate": 0.1}])
 
 
