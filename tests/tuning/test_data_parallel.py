@@ -324,6 +324,45 @@ def _wait_for_groups(out: Path, count: int, proc: subprocess.Popen, log: Path, t
     raise AssertionError(f"fewer than {count} started trials after {timeout:.0f} s; see {log}")
 
 
+def _epochs_written(trial_dir: Path) -> int | None:
+    """Epochs in a trial's metrics.csv (written before the epoch's step returns); None: unreadable."""
+    try:
+        with open(trial_dir / "metrics.csv", newline="") as fh:
+            return sum(1 for _ in csv.DictReader(fh))
+    except FileNotFoundError:
+        return 0
+    except (OSError, csv.Error):
+        return None
+
+
+def _pause_an_unfinished_trial(
+    out: Path, proc: subprocess.Popen, log: Path, *, epochs: int, timeout: float = 300
+) -> int:
+    """SIGSTOP the trainable of a started trial that has not finished; returns its PID.
+
+    The trainable is stopped first and the trial's epochs read after: a trial with fewer than
+    ``epochs`` rows then cannot report its last epoch until SIGCONT. One that had finished (or
+    whose CSV was mid-write) is let go, and another trial is tried.
+    """
+    deadline = time.monotonic() + timeout
+    tried: set[str] = set()
+    while time.monotonic() < deadline:
+        for trial in _started_groups(out):
+            if trial in tried:
+                continue
+            trial_dir = out / "trials" / trial
+            pid = int(json.loads((trial_dir / "group.json").read_text())["trainable_pid"])
+            os.kill(pid, signal.SIGSTOP)
+            written = _epochs_written(trial_dir)
+            if written is not None and written < epochs:
+                return pid
+            os.kill(pid, signal.SIGCONT)
+            tried.add(trial)
+        assert proc.poll() is None, f"the search ended before a trial could be held: {log.read_text()[-3000:]}"
+        time.sleep(0.2)
+    raise AssertionError(f"no unfinished trial to hold after {timeout:.0f} s; see {log}")
+
+
 @pytest.mark.slow
 def test_hybrid_trials_overlap_each_in_its_own_placement(prepared16: Path, tmp_path: Path) -> None:
     """2 nodes x 2 CPUs, 2 workers per trial, 2 trials at once: the trials really overlap, every
@@ -357,17 +396,15 @@ def test_hybrid_trials_overlap_each_in_its_own_placement(prepared16: Path, tmp_p
             start_new_session=True,
         )
         try:
-            # the first trial to start is paused (its workers get SIGSTOP) until a second trial has
-            # started on its own group: the trials overlap by construction, not because one happened
-            # to be slow enough to outlast the other's start-up
-            first = next(iter(_wait_for_groups(out, 1, proc, log).values()))
-            for pid in first:
-                os.kill(pid, signal.SIGSTOP)
+            # a trial whose group has started is held mid-trial (its trainable gets SIGSTOP; its
+            # workers keep running, so TensorFlow's coordination heartbeats between them go on) until
+            # a second trial has started on its own group: the trials overlap by construction, not
+            # because one happened to outlast the other's start-up
+            paused = _pause_an_unfinished_trial(out, proc, log, epochs=3)
             try:
                 _wait_for_groups(out, 2, proc, log)
             finally:
-                for pid in first:
-                    os.kill(pid, signal.SIGCONT)
+                os.kill(paused, signal.SIGCONT)
             assert proc.wait(timeout=900) == 0, log.read_text()[-4000:]
         finally:
             stop_group(proc, timeout=5)
