@@ -38,13 +38,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import signal
-
     from distmis import exitcodes
     from distmis.finalize import run_finalize
-    from distmis.tuning import STOP_REQUESTED
+    from distmis.tuning import stop_on_walltime_warning
 
-    signal.signal(signal.SIGUSR1, lambda *_: STOP_REQUESTED.set())  # the wall-time warning, before Tune runs
+    stop_on_walltime_warning()
     result = run_finalize(
         args.run,
         top=args.top,

@@ -30,14 +30,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import signal
-
     from distmis.config import load_config
-    from distmis.tuning import STOP_REQUESTED, run_search
+    from distmis.tuning import run_search, stop_on_walltime_warning
 
-    # the wall-time warning (SIGUSR1, forwarded by the SLURM job script) may come before Tune runs;
-    # while Tune runs, its own handler checkpoints and stops the search
-    signal.signal(signal.SIGUSR1, lambda *_: STOP_REQUESTED.set())
+    stop_on_walltime_warning()
     config = load_config(args.space, require_space=True)
     if args.num_samples is not None:
         config.search.num_samples = args.num_samples

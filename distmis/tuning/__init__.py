@@ -1,6 +1,6 @@
 """Tuning: Ray Tune searches (Optuna TPE, random, grid; ASHA; resume) over the one trainable of every mode."""
 
-from distmis.tuning._interrupt import STOP_REQUESTED
+from distmis.tuning._interrupt import STOP_REQUESTED, stop_on_walltime_warning
 from distmis.tuning._phases import Timings, alive_nodes, ray_session, tune_environment
 from distmis.tuning._progress import LiveProgress
 from distmis.tuning._results import SearchSummary, TrialRow, max_overlap, trial_rows
@@ -14,6 +14,7 @@ from distmis.tuning._workers import TrialSession, TrialStart, WorkerGroup
 
 __all__ = [
     "STOP_REQUESTED",
+    "stop_on_walltime_warning",
     "TUNE_DIR",
     "Timings",
     "TrialRow",

@@ -11,6 +11,18 @@ from ray.tune import Callback
 STOP_REQUESTED = threading.Event()
 
 
+def stop_on_walltime_warning() -> None:
+    """Make SIGUSR1 (the wall-time warning the SLURM job script forwards) request a stop.
+
+    The warning may come before Tune runs (while data is checked or Ray starts): the command
+    then starts no trial and exits 75, resumable. While Tune runs, :class:`InterruptWatch` wraps
+    Tune's own handler instead.
+    """
+    import signal
+
+    signal.signal(signal.SIGUSR1, lambda *_: STOP_REQUESTED.set())
+
+
 class InterruptWatch(Callback):
     """Notices that Tune was asked to stop (SIGUSR1 from the job script, SIGINT from Ctrl-C).
 
@@ -34,4 +46,4 @@ class InterruptWatch(Callback):
             signal.signal(sig, handler)
 
 
-__all__ = ["STOP_REQUESTED", "InterruptWatch"]
+__all__ = ["STOP_REQUESTED", "InterruptWatch", "stop_on_walltime_warning"]
