@@ -59,7 +59,9 @@ def _describe(holder: dict[str, Any]) -> str:
 
 
 @contextlib.contextmanager
-def output_lock(path: Path, *, command: str, option: str = "--out", remove: bool = False) -> Iterator[Path]:
+def output_lock(
+    path: Path, *, command: str, option: str = "--out", remove: bool = False, busy_hint: str | None = None
+) -> Iterator[Path]:
     """Hold an exclusive lock on ``path`` (a lock file) for the block.
 
     Args:
@@ -67,6 +69,7 @@ def output_lock(path: Path, *, command: str, option: str = "--out", remove: bool
         command: who holds it, for the error a second process gets.
         option: how the user named the output, for the message.
         remove: delete the lock file at the end (a sibling lock of an atomic output).
+        busy_hint: what to do when it is held (default: wait, or choose another ``option``).
 
     Raises:
         OutputError: another process holds the lock (naming it).
@@ -83,10 +86,10 @@ def output_lock(path: Path, *, command: str, option: str = "--out", remove: bool
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                hint = busy_hint or f"wait for it to end, or choose another {option}"
                 raise OutputError(
-                    f"{option} {path.parent}: in use by {_describe(_holder(fh))}; wait for it to end, or choose "
-                    f"another {option} (a holder on another node that died releases it when the file server's "
-                    "lease expires, about 90 s on NFS)"
+                    f"{option} {path.parent}: in use by {_describe(_holder(fh))}; {hint} (a holder on another "
+                    "node that died releases it when the file server's lease expires, about 90 s on NFS)"
                 ) from None
             if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP):
                 raise
@@ -134,10 +137,24 @@ def directory_lock(out: Path, *, command: str, option: str = "--out") -> context
     return output_lock(Path(out) / LOCK_FILE, command=command, option=option)
 
 
+def source_lock(directory: Path, *, command: str, option: str) -> contextlib.AbstractContextManager[Path | None]:
+    """Hold the lock of a directory another command wrote (a search that ``finalize`` reads).
+
+    A search still written by ``distmis tune`` (or resumed while it is read) would hand the reader
+    half its trials; holding the search's own lock makes either side refuse, naming the other.
+    A directory without a lock file (not written by distmis) or one that cannot be written (a
+    read-only archive of a finished search, which nothing can be writing) is read unlocked.
+    """
+    path = Path(directory) / LOCK_FILE
+    if not path.is_file() or not os.access(path, os.W_OK):
+        return contextlib.nullcontext(None)
+    return output_lock(path, command=command, option=option, busy_hint="run it again once that has ended")
+
+
 def sibling_lock(out: Path, *, command: str, option: str = "OUT") -> contextlib.AbstractContextManager[Path]:
     """The lock of an output that appears all at once: a hidden file beside it, removed at the end."""
     out = Path(out)
     return output_lock(out.parent / f".{out.name[:200]}{LOCK_FILE}", command=command, option=option, remove=True)
 
 
-__all__ = ["LOCK_FILE", "directory_lock", "output_lock", "sibling_lock"]
+__all__ = ["LOCK_FILE", "directory_lock", "output_lock", "sibling_lock", "source_lock"]

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from distmis.cli import main
@@ -17,9 +23,29 @@ def test_doctor_prints_what_it_checked(capsys: pytest.CaptureFixture[str]) -> No
         "TensorFlow/Keras",
         "Ray token file",
         "Ray:",
+        "Ray address",
         "SLURM",
     ):
         assert name in out
+
+
+def test_doctor_fails_on_a_stale_ray_address_and_tracking_server(tmp_path: Path) -> None:
+    """A RAY_ADDRESS or tracking server left from an earlier job, where nothing listens, is named
+    (within the bounds) and doctor exits 1; as a user runs it, in its own process."""
+    with socket.socket() as s:  # bound, then closed: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    env = {**os.environ, "RAY_ADDRESS": f"127.0.0.1:{closed}", "MLFLOW_TRACKING_URI": f"http://127.0.0.1:{closed}"}
+    result = subprocess.run(
+        [sys.executable, "-m", "distmis", "doctor"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=180
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    ray_line = next(line for line in lines if "Ray address" in line)
+    assert ray_line.startswith("[FAIL]") and f"127.0.0.1:{closed} (from RAY_ADDRESS)" in ray_line, ray_line
+    store = next(line for line in lines if "MLflow tracking store" in line)
+    assert store.startswith("[FAIL]") and "does not answer" in store, store
+    assert "Traceback" not in result.stderr, result.stderr
 
 
 def test_cluster_sbatch_renders_a_job_script(capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,7 +2,9 @@
 
 Ports (can a free port be bound on the node address), Ray's temp dir and socket path length
 (AF_UNIX paths must stay under 107 bytes), GPUs visible to TensorFlow, the TensorFlow/Keras
-pairing, the Ray auth token file's mode, and the Ray and SLURM versions.
+pairing, the Ray auth token file's mode, and the Ray and SLURM versions. A ``RAY_ADDRESS`` or an
+HTTP ``MLFLOW_TRACKING_URI`` left in the environment is probed within a bound: on clusters a
+stale one from an earlier job is common, and every later command would fail on it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import shutil
 import socket
 import stat
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -22,7 +25,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from distmis.redact import redact_uri
     from distmis.tensorflow_env import onednn_enabled
     from distmis.training import configure_tensorflow
 
@@ -47,14 +49,8 @@ def run(args: argparse.Namespace) -> int:
         check("temp dir", True, f"{temp} exists and is writable")
     sample = temp / "dm-1234567-0" / "session_2026-01-01_00-00-00_000000_12345" / "sockets" / "plasma_store"
     check("temp path length", len(str(sample)) < 107, f"{len(str(sample))} bytes for Ray's longest socket path (< 107)")
-    store = os.environ.get("MLFLOW_TRACKING_URI")
-    check(
-        "MLflow tracking store",
-        True,
-        f"{redact_uri(store)} (MLFLOW_TRACKING_URI)"
-        if store
-        else "MLFLOW_TRACKING_URI unset: each search uses the SQLite store beside its --out (runs/mlflow.db)",
-    )
+    _check_tracking_store(check)
+    _check_ray_address(check)
 
     configure_tensorflow(None)
     import keras
@@ -95,3 +91,75 @@ def run(args: argparse.Namespace) -> int:
     else:
         check("SLURM", True, "not installed on this node (only needed for sbatch)")
     return 0 if all(ok for _, ok, _ in results) else 1
+
+
+#: how long doctor waits for a tracking server's /health (seconds)
+TRACKING_PROBE_SECONDS = 5.0
+
+
+def _tracking_server_problem(uri: str) -> str | None:
+    """None when the MLflow server at ``uri`` answers its ``/health`` within the bound, else why not."""
+    import base64
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    from distmis.redact import redact_uri
+
+    parts = urllib.parse.urlsplit(uri)
+    # user:password@host is the server's basic auth, not part of the host urllib should resolve
+    request = urllib.request.Request(
+        parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl().rstrip("/") + "/health"
+    )
+    if parts.username is not None:
+        credentials = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+        request.add_header("Authorization", "Basic " + base64.b64encode(credentials.encode()).decode())
+    try:
+        with urllib.request.urlopen(request, timeout=TRACKING_PROBE_SECONDS) as response:
+            return None if response.status == 200 else f"/health answered HTTP {response.status}"
+    except urllib.error.HTTPError as exc:
+        return f"/health answered HTTP {exc.code}"
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return redact_uri(str(reason)) or type(exc).__name__
+
+
+def _check_tracking_store(check: Callable[[str, bool, str], None]) -> None:
+    """The store ``MLFLOW_TRACKING_URI`` names; a tracking server must answer (within the bound)."""
+    from distmis.redact import redact_uri
+
+    store = os.environ.get("MLFLOW_TRACKING_URI")
+    if store and store.startswith(("http://", "https://")):
+        reason = _tracking_server_problem(store)
+        check(
+            "MLflow tracking store",
+            reason is None,
+            f"{redact_uri(store)} (MLFLOW_TRACKING_URI) "
+            + ("answers" if reason is None else f"does not answer: {reason}; start the server or unset it"),
+        )
+    else:
+        check(
+            "MLflow tracking store",
+            True,
+            f"{redact_uri(store)} (MLFLOW_TRACKING_URI)"
+            if store
+            else "MLFLOW_TRACKING_URI unset: each search uses the SQLite store beside its --out (runs/mlflow.db)",
+        )
+
+
+def _check_ray_address(check: Callable[[str, bool, str], None]) -> None:
+    """A ``RAY_ADDRESS`` in the environment must answer: every command would otherwise connect to it."""
+    from distmis.exceptions import ClusterError
+    from distmis.raysession import probe_address
+    from distmis.redact import redact_uri
+
+    address = os.environ.get("RAY_ADDRESS")
+    if not address:
+        check("Ray address", True, "RAY_ADDRESS unset: each command starts a private local Ray")
+        return
+    try:
+        probe_address(None)
+    except ClusterError as exc:
+        check("Ray address", False, str(exc))
+    else:
+        check("Ray address", True, f"RAY_ADDRESS={redact_uri(address)} accepts connections")

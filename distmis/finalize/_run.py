@@ -27,6 +27,7 @@ from distmis.finalize._cv import Selection, choose, out_of_fold, raw_cases, sing
 from distmis.finalize._final import write_final
 from distmis.finalize._plan import PLAN_FILE, FinalizePlan, plan_finalize
 from distmis.finalize._report import cv_metric, plots, write_cv_csv, write_reports
+from distmis.locks import source_lock
 from distmis.raysession import probe_address
 from distmis.tensorflow_env import apply_tensorflow_env, tensorflow_env
 from distmis.tracking import SearchTracker
@@ -95,15 +96,26 @@ def run_finalize(
         TuningError: see :func:`plan_finalize`. TrackingError: MLflow unreachable at the start.
     """
     timings = Timings()
-    with timings.phase("checks"):
-        plan = plan_finalize(
-            run, top=top, folds=folds, seed=seed, out=out, resume=resume, tta=tta, pairs=pairs, postprocess=postprocess
-        )
-        config = fold_config(plan)
-        probe_address(address)  # a dead address is named before the output is touched
-    tune_environment()
-    apply_tensorflow_env()
     with contextlib.ExitStack() as session:
+        # the search is read under its own lock: a tune still writing it (or resumed meanwhile)
+        # would hand finalize half its trials
+        session.enter_context(source_lock(Path(run), command="finalize (reading the search)", option="RUN"))
+        with timings.phase("checks"):
+            plan = plan_finalize(
+                run,
+                top=top,
+                folds=folds,
+                seed=seed,
+                out=out,
+                resume=resume,
+                tta=tta,
+                pairs=pairs,
+                postprocess=postprocess,
+            )
+            config = fold_config(plan)
+            probe_address(address)  # a dead address is named before the output is touched
+        tune_environment()
+        apply_tensorflow_env()
         claim = session.enter_context(OutputClaim(plan.out, command="finalize", option="--out", new=not plan.resume))
         with claim.setting_up():
             if not plan.resume:

@@ -240,6 +240,7 @@ def test_every_command_keeps_a_planted_password_out_of_its_output(assets: Assets
         (["compare", str(space), "--out", "d", "--slots", "2", "--modes", "experiment", "--tracking-uri", uri], {}),
         (["ui", "--tracking-uri", pg, "--port", str(_closed_port()), "--no-browser"], {}),
         (["doctor"], {"MLFLOW_TRACKING_URI": pg}),
+        (["doctor"], {"MLFLOW_TRACKING_URI": uri}),  # probed: its error must not print the password
         (["cluster", "sbatch", "--no-venv", "--", "distmis", "tune", str(space), "--tracking-uri", pg], {}),
         (["validate", str(space), "--no-data"], {"MLFLOW_TRACKING_URI": uri}),
     ]

@@ -256,3 +256,41 @@ def test_finalize_refuses_a_fold_whose_validation_cases_lack_a_class(tmp_path: P
     errors = [line for line in result.stderr.splitlines() if line.startswith("distmis: error:")]
     assert len(errors) == 1 and "rare" in errors[0] and "--folds 3" in errors[0], errors
     assert not (run / "finalize").exists()
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.slow
+def test_finalize_of_a_search_still_being_written_is_refused_naming_the_writer(search: Path, tmp_path: Path) -> None:
+    """A search another process holds (a tune running or resumed on it) is not read half-written:
+    finalize exits 2 with one error naming the holder, and nothing in the search changes."""
+    run = tmp_path / "run"
+    shutil.copytree(search, run, ignore=shutil.ignore_patterns("finalize", "final"))
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from distmis.locks import directory_lock\n"
+            f"with directory_lock({str(run)!r}, command='tune'):\n    sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        env=clean_env(),
+    )
+    try:
+        lock = run / ".distmis-lock"
+        deadline = time.monotonic() + 120
+        while f'"pid": {holder.pid}' not in lock.read_text():  # the holder's record: the lock is held
+            assert holder.poll() is None and time.monotonic() < deadline, "the lock holder did not start"
+            time.sleep(0.1)
+        before = _tree(run)
+        result = _distmis("finalize", str(run), "--top", "1", "--folds", "2")
+        assert result.returncode == 2, result.stderr[-1500:]
+        errors = [line for line in result.stderr.splitlines() if line.startswith("distmis: error:")]
+        assert len(errors) == 1 and f"PID {holder.pid}" in errors[0] and "distmis tune" in errors[0], errors
+        assert "Traceback" not in result.stderr
+        assert _tree(run) == before and not (run / "final").exists()
+    finally:
+        holder.stdin.close()  # type: ignore[union-attr]
+        holder.wait(timeout=60)
