@@ -37,6 +37,27 @@ def metric_suffix(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_") or "class"
 
 
+def metric_name_clash(named: list[tuple[str, str]]) -> str | None:
+    """The first group of names that would report under one metric name, described; else None.
+
+    ``named`` holds (what, name) pairs such as ``("label 1", "tumour")``. Names are compared
+    once sanitised and without case: ``val_dice_Tumour`` and ``val_dice_tumour`` are one column
+    to a MySQL-backed MLflow and one file name on macOS, so they clash too.
+    """
+    owners: dict[str, list[tuple[str, str]]] = {}
+    for what, name in named:
+        owners.setdefault(metric_suffix(name).lower(), []).append((what, name))
+    for group in owners.values():
+        if len(group) > 1:
+            spelt = sorted({f"val_dice_{metric_suffix(name)}" for _, name in group})
+            return (
+                ", ".join(f"{what} {name!r}" for what, name in group)
+                + f" all name the metric {' / '.join(spelt)}"
+                + " (names keep letters, digits and '_', compared without case)"
+            )
+    return None
+
+
 def class_names(
     labels: dict[int, str], label_mode: str, num_classes: int, regions: dict[str, list[int]] | None
 ) -> list[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, StrictStr
@@ -83,20 +84,11 @@ def _int_keys(mapping: dict[str, str], field: str, path: Path) -> dict[int, str]
 
 def _check_label_names(labels: dict[int, str], path: Path) -> None:
     """Every foreground label must name its own metrics (``val_dice_<name>``) once sanitised."""
-    from distmis.labels import metric_suffix
+    from distmis.labels import metric_name_clash
 
-    owners: dict[str, list[int]] = {}
-    for value, name in sorted(labels.items()):
-        if value:
-            owners.setdefault(metric_suffix(name), []).append(value)
-    clashes = {suffix: values for suffix, values in owners.items() if len(values) > 1}
-    if clashes:
-        suffix, values = next(iter(clashes.items()))
-        named = ", ".join(f"{v} {labels[v]!r}" for v in values)
-        raise DataError(
-            f"{path}: labels: {named} all name the metric val_dice_{suffix} (names keep letters, digits and '_'); "
-            "give each label a name of its own"
-        )
+    clash = metric_name_clash([(f"label {v}", name) for v, name in sorted(labels.items()) if v])
+    if clash:
+        raise DataError(f"{path}: labels: {clash}; give each label a name of its own")
 
 
 def _case_path(root: Path, given: str, where: str, path: Path) -> Path:
@@ -312,6 +304,57 @@ def check_declared_size(path: Path, shape: tuple[int, ...], itemsize: int = 4) -
         )
 
 
+def _unreadable(path: Path, exc: BaseException, what: str = "NIfTI") -> DataError:
+    """nibabel's message as one line (some span two: "... from X\n - could the file be damaged?")."""
+    text = " ".join(str(exc).split())
+    return DataError(f"{path}: cannot read {what} ({type(exc).__name__}: {text})")
+
+
+#: DEFLATE's largest possible expansion (a 258-byte match per 2 bits, about 1032:1): a .nii.gz
+#: can never hold more voxel bytes than this times its own size
+MAX_GZIP_RATIO = 1032
+
+
+def check_declared_bytes(path: Path, img: Any) -> None:
+    """Refuse a header whose shape needs more voxel bytes than the file can hold, before reading.
+
+    nibabel allocates the whole array the header declares and only then finds the data short
+    ("Expected 2000000000 bytes, got 1024"): a 1 kB file claiming 1000^3 voxels cost 2 GB of
+    memory for an error that names no size. An uncompressed file must hold the header's bytes
+    exactly after its offset; a gzip one cannot expand beyond :data:`MAX_GZIP_RATIO`.
+
+    Raises:
+        DataError: naming the file, the claimed shape and the bytes it implies.
+    """
+    import math
+
+    shape = tuple(int(s) for s in img.shape)
+    try:
+        itemsize = int(img.get_data_dtype().itemsize)
+        offset = int(getattr(img.dataobj, "offset", 0) or 0)
+        data_file = Path(img.file_map["image"].filename or path)  # the .img of a .hdr/.img pair
+        size = data_file.stat().st_size
+    except (AttributeError, KeyError, TypeError, ValueError, OSError):
+        return  # not a NIfTI array proxy nibabel describes: reading it names what is wrong
+    needed = math.prod(shape) * itemsize
+    suffix = data_file.suffix.lower()
+    if suffix in (".bz2", ".zst"):
+        return  # no useful bound: bzip2's and zstd's run-length stages expand far beyond 1032:1
+    compressed = suffix == ".gz"
+    available = size * MAX_GZIP_RATIO if compressed else size - offset
+    if needed > available:
+        held = (
+            f"at most {available} bytes once decompressed"
+            if compressed
+            else f"{max(available, 0)} bytes after its header"
+        )
+        raise DataError(
+            f"{path}: the header claims shape {shape} of {img.get_data_dtype()}, {needed} bytes of voxels, but the "
+            f"{size}-byte {'file' if data_file == Path(path) else data_file.name} holds {held}: a truncated file or a "
+            "wrong header"
+        )
+
+
 def load_nifti_header(path: Path) -> tuple[np.ndarray, tuple[int, ...]]:
     """(affine, shape) of a NIfTI file from its header alone.
 
@@ -323,9 +366,10 @@ def load_nifti_header(path: Path) -> tuple[np.ndarray, tuple[int, ...]]:
     try:
         img = nib.load(str(path))
     except Exception as exc:  # noqa: BLE001 - nibabel raises many types for a damaged header
-        raise DataError(f"{path}: cannot read NIfTI header ({type(exc).__name__}: {exc})") from None
+        raise _unreadable(path, exc, "NIfTI header") from None
     shape = tuple(int(s) for s in img.shape)
     check_declared_size(path, shape)
+    check_declared_bytes(path, img)
     return np.asarray(img.affine), shape
 
 
@@ -342,12 +386,13 @@ def load_nifti(path: Path, *, dtype: type = np.float32) -> tuple[np.ndarray, np.
     try:
         img = nib.load(str(path))
     except Exception as exc:  # noqa: BLE001 - nibabel raises many types (EOFError, zlib.error, ImageFileError, ...)
-        raise DataError(f"{path}: cannot read NIfTI ({type(exc).__name__}: {exc})") from None
+        raise _unreadable(path, exc) from None
     check_declared_size(path, img.shape, max(4, np.dtype(dtype).itemsize))
+    check_declared_bytes(path, img)
     try:
         raw = np.asanyarray(img.dataobj)
     except Exception as exc:  # noqa: BLE001 - a truncated or damaged file fails only here
-        raise DataError(f"{path}: cannot read NIfTI ({type(exc).__name__}: {exc})") from None
+        raise _unreadable(path, exc) from None
     if np.issubdtype(dtype, np.floating) and np.issubdtype(raw.dtype, np.floating) and raw.size:
         if not np.all(np.isfinite(raw)):
             raise DataError(f"{path}: contains {int(np.sum(~np.isfinite(raw)))} NaN/Inf voxels")

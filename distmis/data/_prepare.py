@@ -105,7 +105,7 @@ def _prepare_case(
 
 
 def _check_regions(regions: dict[str, list[int]] | None, label_mode: str, labels: dict[int, str], where: Path) -> None:
-    from distmis.labels import paint_order
+    from distmis.labels import metric_name_clash, paint_order
 
     if label_mode == "regions" and not regions:
         raise DataError("--label-mode regions needs --regions (e.g. msd_task01, or WT=1,2,3;TC=2,3;ET=3)")
@@ -116,6 +116,11 @@ def _check_regions(regions: dict[str, list[int]] | None, label_mode: str, labels
                 f"regions: {name} uses label values {undeclared}, which {where} does not declare "
                 f"(it has {sorted(labels)})"
             )
+    # a multi-class model reports its labels and the regions side by side: one name each
+    named = [(f"label {v}", n) for v, n in sorted(labels.items()) if v] if label_mode == "multiclass" else []
+    clash = metric_name_clash(named + [("region", r) for r in regions or {}])
+    if clash:
+        raise DataError(f"regions: {clash}; rename the region")
     if label_mode == "regions":
         try:
             paint_order(regions or {})

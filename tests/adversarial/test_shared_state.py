@@ -164,6 +164,26 @@ def header_claims_a_huge_volume(ws: Workspace):
 
 
 @case("geometry")
+def header_claims_more_than_the_file_holds(ws: Workspace):
+    """A claim under the memory bound (400^3 x 4 int16, 512 MB) in a 1.4 kB uncompressed file: refused
+    from the file's size, before nibabel allocates the array the header declares."""
+    raw = ws.raw("data")
+    path = raw / "imagesTr" / "CASE_001.nii.gz"
+    path.unlink()
+    header = nib.Nifti1Header()
+    header.set_data_shape((400, 400, 400, 4))
+    header.set_data_dtype(np.int16)
+    header["vox_offset"] = 352
+    (raw / "imagesTr" / "CASE_001.nii").write_bytes(header.binaryblock + b"\0" * 4 + b"\0" * 1024)
+    meta = json.loads((raw / "dataset.json").read_text())
+    for entry in meta["training"]:
+        if entry["image"].endswith("CASE_001.nii.gz"):
+            entry["image"] = entry["image"][: -len(".gz")]
+    (raw / "dataset.json").write_text(json.dumps(meta))
+    return ["prepare", "data", "out"], "512000000 bytes of voxels, but the 1376-byte file holds 1024 bytes"
+
+
+@case("geometry")
 def finite_values_beyond_float32(ws: Workspace):
     raw = ws.raw("data")
     path = raw / "imagesTr" / "CASE_002.nii.gz"
@@ -190,6 +210,27 @@ def label_names_that_name_one_metric(ws: Workspace):
     meta["labels"] = {"0": "background", "1": "tumour", "2": "tumour!"}
     ws.write_dataset_json(raw, meta)
     return ["prepare", "data", "out", "--label-mode", "multiclass"], "val_dice_tumour"
+
+
+@case("labels")
+def label_names_that_differ_only_in_case(ws: Workspace):
+    """val_dice_Tumour and val_dice_tumour: one column to a MySQL-backed MLflow, one file on macOS."""
+    raw = ws.raw("data")
+    meta = ws.dataset_json(raw)
+    meta["labels"] = {"0": "background", "1": "Tumour", "2": "tumour"}
+    ws.write_dataset_json(raw, meta)
+    return ["prepare", "data", "out", "--label-mode", "multiclass"], "val_dice_Tumour / val_dice_tumour"
+
+
+@case("labels")
+def region_named_as_a_label(ws: Workspace):
+    """A multi-class model reports labels and regions side by side: a region called like a label
+    would have been dropped from the metrics in silence."""
+    raw = ws.raw("data")
+    meta = ws.dataset_json(raw)
+    meta["labels"] = {"0": "background", "1": "edema", "2": "WT", "3": "enhancing"}
+    ws.write_dataset_json(raw, meta)
+    return ["prepare", "data", "out", "--label-mode", "multiclass", "--regions", "msd_task01"], "region 'WT'"
 
 
 # --------------------------------------------------------------------------- the tests
