@@ -374,6 +374,12 @@ def atomic_file(path: Path) -> Iterator[Path]:
     try:
         yield tmp
         tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        remove_if_empty(parents)
+        if exc.filename is None:  # a write() on a full disk names no file: this is the one
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        raise
     except BaseException:
         tmp.unlink(missing_ok=True)
         remove_if_empty(parents)

@@ -6,9 +6,14 @@ skipped (nothing written for it); the exit code is 1 if any case failed."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from distmis.cli._inference import add_window_arguments, print_network_time, report_failures, window_options
+
+if TYPE_CHECKING:
+    from distmis.inference import CaseJob
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -36,34 +41,61 @@ def run(args: argparse.Namespace) -> int:
         f"model: {args.model} ({record.preprocessing['label_mode']}, {record.channels} channels, "
         f"resize {record.preprocessing['resize']}); {len(jobs)} case(s)"
     )
-    with progress("predicting") as update:
-        update(0, len(jobs))
+    claim = _claim(Path(args.out), jobs)
+    try:
+        with progress("predicting") as update:
+            update(0, len(jobs))
 
-        def done(outcome, n: int, total: int) -> None:  # noqa: ANN001
-            update(n, total)
-            if outcome.ok:
-                print(
-                    f"  {outcome.case_id}: {'x'.join(map(str, outcome.shape[:3]))}, {outcome.cubes} cubes, "
-                    f"{outcome.seconds:.1f} s -> {outcome.out}  [{outcome.worker}]"
-                )
+            def done(outcome, n: int, total: int) -> None:  # noqa: ANN001
+                update(n, total)
+                if outcome.ok:
+                    print(
+                        f"  {outcome.case_id}: {'x'.join(map(str, outcome.shape[:3]))}, {outcome.cubes} cubes, "
+                        f"{outcome.seconds:.1f} s -> {outcome.out}  [{outcome.worker}]"
+                    )
 
-        outcomes = predict_cases(
-            args.model,
-            jobs,
-            options,
-            workers=args.workers,
-            address=args.address,
-            cpus_per_worker=args.cpus_per_worker,
-            gpus_per_worker=args.gpus_per_worker,
-            on_done=done,
-        )
+            outcomes = predict_cases(
+                args.model,
+                jobs,
+                options,
+                workers=args.workers,
+                address=args.address,
+                cpus_per_worker=args.cpus_per_worker,
+                gpus_per_worker=args.gpus_per_worker,
+                on_done=done,
+            )
+    except BaseException:
+        _release(claim)
+        raise
+    if not any(o.ok for o in outcomes):
+        _release(claim)
     ok = sum(o.ok for o in outcomes)
-    out = Path(args.out)
-    if ok and out.is_dir():
-        from distmis.files import marker_info, write_marker
-
-        if marker_info(out) is None and not any(p.name.startswith(".distmis") for p in [out]):
-            write_marker(out, "predict")
     print(f"{ok} of {len(outcomes)} case(s) written")
     print_network_time(outcomes, args.tta)
     return report_failures([o for o in outcomes if not o.ok], "segmentations")
+
+
+def _claim(out: Path, jobs: list[CaseJob]) -> tuple[Path, bool] | None:
+    """Mark a directory of segmentations as distmis' before the first case is written (a disk
+    that fills mid-way leaves a directory ``--overwrite`` may replace); returns what to undo
+    when nothing gets written: (the directory, whether this run created it)."""
+    from distmis.files import marker_info, write_marker
+
+    if not any(job.out.parent == out for job in jobs) or marker_info(out) is not None:
+        return None
+    created = not out.exists()
+    write_marker(out, "predict")
+    return out, created
+
+
+def _release(claim: tuple[Path, bool] | None) -> None:
+    """Undo :func:`_claim` when no segmentation was written: no marker, and no directory made for nothing."""
+    if claim is None:
+        return
+    from distmis.files import MARKER
+
+    out, created = claim
+    (out / MARKER).unlink(missing_ok=True)
+    if created:
+        with contextlib.suppress(OSError):
+            out.rmdir()  # only if empty

@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from distmis.data import case_id_of, load_case_image, normalize, resample
-from distmis.exceptions import DistmisError, InferenceError
-from distmis.files import atomic_file, check_output, check_replaceable
+from distmis.exceptions import DistmisError, InferenceError, OutputError
+from distmis.files import atomic_file, check_output, check_replaceable, disk_failure
 from distmis.inference._model import ModelRecord, build_models, make_predict_fn, read_model_record
 from distmis.inference._postprocess import keep_largest_components
 from distmis.inference._window import BLENDS, sliding_window_predict
@@ -85,6 +85,8 @@ class CaseOutcome:
     worker: str = ""
     network_seconds: float = 0.0  # of ``seconds``, the time in the network
     passes: int = 1  # network passes per cube: mirrorings x ensemble members
+    #: the disk failed (full, over quota, read-only, EIO): every later case would fail the same way
+    disk_error: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -185,7 +187,10 @@ def predict_case(
     except DistmisError as exc:
         outcome.error = str(exc)
     except Exception as exc:  # noqa: BLE001 - a bug or a TensorFlow error on this case: report it, go on with the others
-        outcome.error = f"{job.image}: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"
+        outcome.disk_error = disk_failure(exc)
+        outcome.error = (
+            outcome.disk_error or f"{job.image}: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"
+        )
     outcome.seconds = time.perf_counter() - start
     outcome.network_seconds = getattr(predict, "seconds", 0.0) - network_before
     outcome.passes = int(getattr(predict, "passes", 1))
@@ -279,8 +284,19 @@ def predict_cases(
             outcomes.append(predictor.run(job))
             if on_done:
                 on_done(outcomes[-1], i + 1, len(jobs))
+            _stop_on_disk_failure(outcomes[-1:])
         return outcomes
-    return _predict_on_ray(model_dir, jobs, options, workers, address, cpus_per_worker, gpus_per_worker, on_done)
+    outcomes = _predict_on_ray(model_dir, jobs, options, workers, address, cpus_per_worker, gpus_per_worker, on_done)
+    _stop_on_disk_failure(outcomes)
+    return outcomes
+
+
+def _stop_on_disk_failure(outcomes: list[CaseOutcome]) -> None:
+    """A full (or failing) disk ends the command with one error naming the path, not a failure
+    per remaining case: nothing later could be written either."""
+    failure = next((o.disk_error for o in outcomes if o.disk_error), None)
+    if failure:
+        raise OutputError(failure)
 
 
 def _predict_on_ray(

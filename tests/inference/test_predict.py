@@ -291,3 +291,43 @@ def test_predict_on_an_existing_ray_cluster(model16: Path, msd16: Path, tmp_path
     assert len(list(out.glob("*.nii.gz"))) == 12
     workers = set(re.findall(r"\[([^\]]+:\d+)\]$", result.stdout, flags=re.M))
     assert len(workers) == 2, result.stdout  # both of the cluster's CPUs predicted cases
+
+
+def test_a_disk_that_fills_mid_prediction_ends_with_one_error_and_no_partial_file(
+    model16: Path, tmp_path: Path
+) -> None:
+    """A tmpfs of two pages: the directory's marker and one segmentation fit, the next does not.
+    One error line naming the path and ENOSPC (not one failure per remaining case), exit 2, and
+    every file left is whole."""
+    import os
+    import subprocess
+    import sys
+
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("needs root and mount to make a small tmpfs (mount -t tmpfs -o size=8k)")
+    inputs = tmp_path / "scans"
+    for i in range(4):
+        _write_case(inputs / f"case{i}.nii.gz", (16, 16, 16), seed=10 + i)
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8k", "tmpfs", str(disk)]).returncode != 0:
+        pytest.skip("mount -t tmpfs failed here")
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "distmis", "predict", str(model16), str(inputs), "--out", str(disk / "preds")],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert result.returncode == 2, result.stdout[-1500:] + result.stderr[-1500:]
+        errors = [line for line in result.stderr.splitlines() if line.startswith("distmis: error:")]
+        assert len(errors) == 1 and "ENOSPC" in errors[0] and str(disk / "preds") in errors[0], result.stderr[-2000:]
+        assert "Traceback" not in result.stderr
+        left = sorted(p.name for p in (disk / "preds").iterdir()) if (disk / "preds").exists() else []
+        assert all(name == ".distmis-output" or not name.startswith(".") for name in left), left  # no temporary
+        for name in left:
+            if name.endswith(".nii.gz"):
+                assert nib.load(disk / "preds" / name).get_fdata().shape == (16, 16, 16)  # whole
+        assert len([n for n in left if n.endswith(".nii.gz")]) < 4
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
