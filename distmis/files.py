@@ -129,13 +129,33 @@ DISK_ERRNOS = {
 _DISK_MESSAGES = {"No space left on device": errno.ENOSPC, "Disk quota exceeded": errno.EDQUOT}
 
 
+def _outside_temporaries(path: str | os.PathLike[str]) -> str:
+    """A path inside one of distmis' temporary siblings (``.distmis-tmp-*``, gone once the error
+    is shown), named by the directory that holds it and the file it was writing."""
+    parts = Path(path).parts
+    for i, part in enumerate(parts):
+        if part.startswith(".distmis-tmp-"):
+            return f"{Path(*parts[:i])} (writing {parts[-1]})" if i else str(path)
+    return str(path)
+
+
 def disk_failure(exc: BaseException) -> str | None:
     """One line for an error of the disk (full, over quota, read-only, failing), naming the path;
     ``None`` for any other error. TensorFlow reports a full disk as its own error with the path
     in the message, and is recognised too."""
     if isinstance(exc, OSError) and exc.errno in DISK_ERRNOS:
-        where = exc.filename or "a file"
+        where = _outside_temporaries(exc.filename) if exc.filename else "a file"
         return f"{where}: {DISK_ERRNOS[exc.errno]}; make room and run the command again (--resume where it has one)"
+    if isinstance(exc, shutil.Error) and exc.args and isinstance(exc.args[0], list):
+        # copytree gathers its errors as (source, destination, why): name the first disk one
+        for entry in exc.args[0]:
+            if isinstance(entry, tuple) and len(entry) == 3:
+                for message, code in _DISK_MESSAGES.items():
+                    if message in str(entry[2]):
+                        return (
+                            f"{_outside_temporaries(str(entry[1]))}: {DISK_ERRNOS[code]}; make room and run the "
+                            "command again (--resume where it has one)"
+                        )
     text = str(exc)
     for message, code in _DISK_MESSAGES.items():
         if message in text:

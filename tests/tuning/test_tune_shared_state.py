@@ -171,6 +171,11 @@ def _mounted_tmpfs(where: Path, size: str) -> bool:
     return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)]).returncode == 0
 
 
+def _pages(path: Path) -> int:
+    """Bytes ``path`` takes on a tmpfs: whole 4 KiB pages."""
+    return -(-path.stat().st_size // 4096) * 4096
+
+
 def _unmount(where: Path) -> None:
     subprocess.run(["umount", "-l", str(where)], check=False)
 
@@ -206,14 +211,18 @@ def test_a_search_whose_bookkeeping_meets_a_full_disk_fails_clearly_and_resumes(
     # how much the same search writes before its bookkeeping: measured on a roomy disk first
     probe = tmp_path / "probe"
     assert _run("tune", str(path), "--out", str(probe), "--tracking-uri", store).returncode == 0
+    # what the search writes at its end (the top-level entries only: a trial's own best/ is written
+    # while it trains), counted in tmpfs pages: every file takes whole 4 KiB pages
     bookkeeping = {"results.csv", "best.yaml", "summary.json", "timings.json", "best", "plots"}
-    used = sum(
-        p.stat().st_size
-        for p in probe.rglob("*")
-        if p.is_file() and not (set(p.relative_to(probe).parts) & bookkeeping)
-    )
+    files = [p for p in probe.rglob("*") if p.is_file()]
+    at_end = [p for p in files if p.relative_to(probe).parts[0] in bookkeeping]
+    used = sum(_pages(p) for p in files if p not in at_end)
+    end = sum(_pages(p) for p in at_end)
+    assert end > 256 * 1024, f"the end writes only {end} bytes: too little to fill a disk with a margin"
     disk = tmp_path / "disk"
-    if not _mounted_tmpfs(disk, f"{used // 1024 + 192}k"):
+    # room for the trials with half the end's size to spare (for what a slower run writes more, such
+    # as Ray's warnings in tune.log), and not for the end
+    if not _mounted_tmpfs(disk, f"{(used + end // 2) // 1024}k"):
         pytest.skip("mount -t tmpfs failed")
     try:
         out = disk / "out"
@@ -230,6 +239,10 @@ def test_a_search_whose_bookkeeping_meets_a_full_disk_fails_clearly_and_resumes(
             if r.data.tags.get("distmis.out") == str(out)
         )
         assert parent.info.status == "FAILED" and "No space left" in parent.data.tags.get("distmis.error", "")
+        trials = client.search_runs(
+            [parent.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'"
+        )
+        assert trials and all(t.info.status == "FINISHED" for t in trials)  # the trials finished; the end did not fit
         subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)
         resumed = _run("tune", str(path), "--out", str(out), "--resume", "--tracking-uri", store, timeout=400)
         assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
