@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from distmis.metrics import class_metrics
+from distmis.metrics import DICE, class_metric, class_metrics
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -49,7 +49,7 @@ def metric_name_clash(named: list[tuple[str, str]]) -> str | None:
         owners.setdefault(metric_suffix(name).lower(), []).append((what, name))
     for group in owners.values():
         if len(group) > 1:
-            spelt = sorted({f"val_dice_{metric_suffix(name)}" for _, name in group})
+            spelt = sorted({class_metric(DICE, metric_suffix(name)) for _, name in group})
             return (
                 ", ".join(f"{what} {name!r}" for what, name in group)
                 + f" all name the metric {' / '.join(spelt)}"
