@@ -126,12 +126,17 @@ def test_trials_after_the_first_reuse_a_warm_group(prepared16: Path, tmp_path: P
     firsts = first_epochs(out)
     assert len(firsts) == 3 and [r["warm_start"] for r in firsts] == [False, True, True]
     assert len({r["trial_pid"] for r in firsts}) == 1  # the same trainable and group throughout
-    overheads = [r["finished_at"] - r["trial_started_at"] - r["epoch_seconds"] for r in firsts]
-    # (first epoch reported - trial start) - the first epoch's own time: 20-23 s per trial with a new
-    # Ray Train worker group each; bounded here with room for a loaded CI host
-    assert max(overheads[1:]) < 5.0, overheads
     rows = read_results(out)
     assert [r["warm"] for r in sorted(rows, key=lambda r: float(r["started_at"]))] == ["False", "True", "True"]
+    # no process start-up after the first trial, observed as state: every trial ran on the same worker
+    # processes in the same placement group (how much time that saves is benchmarks/tune_overhead.py's
+    # business; a wall-clock bound here failed on a loaded host: 10.4 s beside make test-stress)
+    workers = {
+        (w["rank"], w["trial_pid"], w["placement_group"])
+        for r in rows
+        for w in (json.loads(p.read_text()) for p in (out / "trials" / r["trial_id"]).glob("worker-*.json"))
+    }
+    assert len(workers) == 2 and {rank for rank, _, _ in workers} == {0, 1}, workers
 
 
 @pytest.mark.slow
