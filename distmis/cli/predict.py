@@ -89,12 +89,15 @@ def _claim(out: Path, jobs: list[CaseJob]) -> tuple[Path, bool] | None:
 
 
 def _release(claim: tuple[Path, bool] | None) -> None:
-    """Undo :func:`_claim` when no segmentation was written: no marker, and no directory made for nothing."""
+    """Undo :func:`_claim` when no segmentation was written: no marker, and no directory made for
+    nothing. A directory holding segmentations (a disk that filled after some) keeps its marker."""
     if claim is None:
         return
     from distmis.files import MARKER
 
     out, created = claim
+    if not out.is_dir() or any(p.name != MARKER for p in out.iterdir()):
+        return
     (out / MARKER).unlink(missing_ok=True)
     if created:
         with contextlib.suppress(OSError):
