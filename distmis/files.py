@@ -149,18 +149,20 @@ def disk_failure(exc: BaseException) -> str | None:
     if isinstance(exc, shutil.Error) and exc.args and isinstance(exc.args[0], list):
         # copytree gathers its errors as (source, destination, why): name the first disk one
         for entry in exc.args[0]:
-            if isinstance(entry, tuple) and len(entry) == 3:
-                for message, code in _DISK_MESSAGES.items():
-                    if message in str(entry[2]):
-                        return (
-                            f"{_outside_temporaries(str(entry[1]))}: {DISK_ERRNOS[code]}; make room and run the "
-                            "command again (--resume where it has one)"
-                        )
+            if isinstance(entry, tuple) and len(entry) == 3 and (code := _disk_errno_in(str(entry[2]))):
+                return (
+                    f"{_outside_temporaries(str(entry[1]))}: {DISK_ERRNOS[code]}; make room and run the "
+                    "command again (--resume where it has one)"
+                )
     text = str(exc)
-    for message, code in _DISK_MESSAGES.items():
-        if message in text:
-            return f"{text.strip().splitlines()[0][:300]} ({DISK_ERRNOS[code]}); make room and run the command again"
+    if code := _disk_errno_in(text):
+        return f"{text.strip().splitlines()[0][:300]} ({DISK_ERRNOS[code]}); make room and run the command again"
     return None
+
+
+def _disk_errno_in(text: str) -> int | None:
+    """The errno of a disk failure spelt in ``text`` (TensorFlow's, copytree's messages), else None."""
+    return next((code for message, code in _DISK_MESSAGES.items() if message in text), None)
 
 
 # --------------------------------------------------------------------------- inputs
@@ -394,15 +396,11 @@ def atomic_file(path: Path) -> Iterator[Path]:
     try:
         yield tmp
         tmp.replace(path)
-    except OSError as exc:
+    except BaseException as exc:
         tmp.unlink(missing_ok=True)
         remove_if_empty(parents)
-        if exc.filename is None:  # a write() on a full disk names no file: this is the one
+        if isinstance(exc, OSError) and exc.filename is None:  # a write() on a full disk names no file: this is the one
             raise OSError(exc.errno, exc.strerror, str(path)) from exc
-        raise
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        remove_if_empty(parents)
         raise
 
 

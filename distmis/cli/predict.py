@@ -6,7 +6,6 @@ skipped (nothing written for it); the exit code is 1 if any case failed."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -41,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
         f"model: {args.model} ({record.preprocessing['label_mode']}, {record.channels} channels, "
         f"resize {record.preprocessing['resize']}); {len(jobs)} case(s)"
     )
-    claim = _claim(Path(args.out), jobs)
+    out = Path(args.out)
+    created = _claim(out, jobs)
     try:
         with progress("predicting") as update:
             update(0, len(jobs))
@@ -65,40 +65,41 @@ def run(args: argparse.Namespace) -> int:
                 on_done=done,
             )
     except BaseException:
-        _release(claim)
+        _release(out, created)
         raise
     if not any(o.ok for o in outcomes):
-        _release(claim)
+        _release(out, created)
     ok = sum(o.ok for o in outcomes)
     print(f"{ok} of {len(outcomes)} case(s) written")
     print_network_time(outcomes, args.tta)
     return report_failures([o for o in outcomes if not o.ok], "segmentations")
 
 
-def _claim(out: Path, jobs: list[CaseJob]) -> tuple[Path, bool] | None:
+def _claim(out: Path, jobs: list[CaseJob]) -> list[Path] | None:
     """Mark a directory of segmentations as distmis' before the first case is written (a disk
     that fills mid-way leaves a directory ``--overwrite`` may replace); returns what to undo
-    when nothing gets written: (the directory, whether this run created it)."""
-    from distmis.files import marker_info, write_marker
+    when nothing gets written: the directories this run created (``out`` and missing parents)."""
+    from distmis.files import make_parents, marker_info, remove_if_empty, write_marker
 
     if not any(job.out.parent == out for job in jobs) or marker_info(out) is not None:
         return None
-    created = not out.exists()
-    write_marker(out, "predict")
-    return out, created
+    created = make_parents(out)
+    try:
+        write_marker(out, "predict")
+    except BaseException:
+        remove_if_empty(created)
+        raise
+    return created
 
 
-def _release(claim: tuple[Path, bool] | None) -> None:
+def _release(out: Path, created: list[Path] | None) -> None:
     """Undo :func:`_claim` when no segmentation was written: no marker, and no directory made for
     nothing. A directory holding segmentations (a disk that filled after some) keeps its marker."""
-    if claim is None:
+    if created is None:
         return
-    from distmis.files import MARKER
+    from distmis.files import MARKER, remove_if_empty
 
-    out, created = claim
     if not out.is_dir() or any(p.name != MARKER for p in out.iterdir()):
         return
     (out / MARKER).unlink(missing_ok=True)
-    if created:
-        with contextlib.suppress(OSError):
-            out.rmdir()  # only if empty
+    remove_if_empty(created)
