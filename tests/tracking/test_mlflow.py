@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 from mlflowserver import MlflowServer
+from processes import processes_under
 from raycluster import clean_env, free_port, stop_group
 
 from distmis.config import load_config
@@ -143,20 +144,6 @@ def test_unreachable_server_fails_before_training(prepared16: Path, tmp_path: Pa
     assert not (out / "trials").exists() and not (out / "tune").exists()
 
 
-def trial_processes() -> list[int]:
-    """PIDs of this host's Tune trial actors (``ray::...Trainable`` processes)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmd = (entry / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if cmd.startswith((b"ray::distmis_trial", b"ray::ResourceTrainable")):
-                pids.append(int(entry.name))
-    return pids
-
-
 def test_server_killed_mid_search_loses_no_metric(prepared16: Path, tmp_path: Path) -> None:
     """Kill the server after the first epoch, bring it back later: every epoch still reaches MLflow.
 
@@ -185,6 +172,9 @@ def test_server_killed_mid_search_loses_no_metric(prepared16: Path, tmp_path: Pa
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
+
+    def trial_processes() -> list[int]:  # this search's trial actors (Tune names them after the wrapper)
+        return processes_under(proc.pid, b"ray::distmis_trial", b"ray::ResourceTrainable")
 
     def epochs_done() -> int:
         return sum(len(list(csv.DictReader(open(m)))) for m in out.glob("trials/*/metrics.csv"))

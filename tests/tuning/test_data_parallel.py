@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from processes import processes_under
 from raycluster import RayHead, clean_env, stop_group
 from test_search import read_results, space_file
 
@@ -180,18 +181,6 @@ def test_data_parallel_trials_span_two_nodes(prepared16: Path, tmp_path: Path, t
     wait_free(head, 2)  # the trial ASHA stopped mid-run gave its workers back
 
 
-def _processes(marker: bytes) -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if (entry / "cmdline").read_bytes().startswith(marker):
-                    pids.append(int(entry.name))
-            except OSError:
-                continue
-    return pids
-
-
 def _epochs_of(out: Path, trial: str) -> list[int]:
     return [int(x["epoch"]) for x in csv.DictReader(open(out / "trials" / trial / "metrics.csv"))]
 
@@ -228,7 +217,7 @@ def test_a_killed_worker_restarts_the_trial_from_its_checkpoint(
         while killed is None and proc.poll() is None:
             assert time.monotonic() < deadline, f"never saw a first epoch; see {log.name}"
             trials = list((out / "trials").glob("*/metrics.csv")) if (out / "trials").exists() else []
-            workers = _processes(b"ray::TrainingWorker")
+            workers = processes_under([head.proc.pid, *(n.pid for n in head.nodes)], b"ray::TrainingWorker")
             # two epochs written: Tune schedules a trial's next step only once it has processed the save
             # that follows a result, so epoch 1's checkpoint is registered (after one epoch a kill could
             # land first, and the trial would rightly start from scratch)

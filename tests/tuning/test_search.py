@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from processes import processes_under
 from raycluster import RayHead, clean_env, stop_group
 
 from distmis.config import ExperimentConfig, load_config
@@ -281,17 +282,9 @@ def test_ray_job_submit_to_existing_cluster(prepared16: Path, tmp_path: Path) ->
     assert not Path(head.temp_dir).exists()
 
 
-def _trial_actor_pids() -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmd = (entry / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if cmd.startswith((b"ray::distmis_trial", b"ray::ResourceTrainable")):  # Tune names it after the wrapper
-                pids.append(int(entry.name))
-    return pids
+def _trial_actor_pids(search: subprocess.Popen) -> list[int]:
+    """The trial actors of the search ``search`` started (Tune names them after the wrapper)."""
+    return processes_under(search.pid, b"ray::distmis_trial", b"ray::ResourceTrainable")
 
 
 def test_failed_trial_restarts_from_its_last_checkpoint(prepared16: Path, tmp_path: Path) -> None:
@@ -320,8 +313,8 @@ def test_failed_trial_restarts_from_its_last_checkpoint(prepared16: Path, tmp_pa
             # two epochs written: Tune schedules a trial's next step only once it has processed
             # the save that follows a result, so epoch 1's checkpoint is registered (after one
             # epoch a kill could land before it was, and the trial restarted from scratch)
-            if runs and len(list(csv.DictReader(open(runs[0])))) >= 2 and _trial_actor_pids():
-                for pid in _trial_actor_pids():
+            if runs and len(list(csv.DictReader(open(runs[0])))) >= 2 and _trial_actor_pids(proc):
+                for pid in _trial_actor_pids(proc):
                     os.kill(pid, signal.SIGKILL)  # the trial's worker process dies mid-training
                 killed = True
             time.sleep(0.2)
