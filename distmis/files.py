@@ -380,10 +380,11 @@ def atomic_directory(
             if not inside_own_output:
                 check_replaceable(out, option=option, overwrite=overwrite)
             replace_directory(tmp, out)
-        except BaseException:
+        except BaseException as exc:
             shutil.rmtree(tmp, ignore_errors=True)
             held.close()  # the lock file goes before the parents it may sit in
             remove_if_empty(parents)
+            _raise_naming(exc, out)
             raise
 
 
@@ -399,9 +400,18 @@ def atomic_file(path: Path) -> Iterator[Path]:
     except BaseException as exc:
         tmp.unlink(missing_ok=True)
         remove_if_empty(parents)
-        if isinstance(exc, OSError) and exc.filename is None:  # a write() on a full disk names no file: this is the one
-            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        _raise_naming(exc, path)
         raise
+
+
+def _raise_naming(exc: BaseException, path: Path) -> None:
+    """Re-raise an OS error that names no file as one naming ``path``, the output being written.
+
+    A ``write()`` or ``close()`` on a full disk (nibabel's gzip stream, ``json.dump``) raises
+    ENOSPC without a file name, and the one line shown to the user must say where it happened.
+    """
+    if isinstance(exc, OSError) and exc.filename is None:
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
 
 
 def write_text_atomic(path: Path, text: str) -> None:

@@ -40,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
             f"{out}: already holds a training run; pass --resume to continue it or choose another --out"
         )
     if args.resume and not checkpoint.exists():
-        raise TrainingError(f"{out}: no checkpoint to resume from")
+        # e.g. the disk filled before the first epoch's checkpoint was written: start again
+        raise TrainingError(f"{out}: no checkpoint to resume from; run it again without --resume to start over")
 
     configure_tensorflow(config.train.threads)
     from distmis.data import resolve_prepared

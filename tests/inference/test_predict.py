@@ -10,6 +10,7 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 import pytest
+from smalldisk import small_disk
 
 from distmis.cli import main
 from distmis.config import ExperimentConfig
@@ -299,20 +300,13 @@ def test_a_disk_that_fills_mid_prediction_ends_with_one_error_and_no_partial_fil
     """A tmpfs of two pages: the directory's marker and one segmentation fit, the next does not.
     One error line naming the path and ENOSPC (not one failure per remaining case), exit 2, and
     every file left is whole."""
-    import os
     import subprocess
     import sys
 
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("needs root and mount to make a small tmpfs (mount -t tmpfs -o size=8k)")
     inputs = tmp_path / "scans"
     for i in range(4):
         _write_case(inputs / f"case{i}.nii.gz", (16, 16, 16), seed=10 + i)
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8k", "tmpfs", str(disk)]).returncode != 0:
-        pytest.skip("mount -t tmpfs failed here")
-    try:
+    with small_disk(tmp_path / "disk", "8k") as disk:
         result = subprocess.run(
             [sys.executable, "-m", "distmis", "predict", str(model16), str(inputs), "--out", str(disk / "preds")],
             capture_output=True,
@@ -331,5 +325,3 @@ def test_a_disk_that_fills_mid_prediction_ends_with_one_error_and_no_partial_fil
         written = [n for n in left if n.endswith(".nii.gz")]
         assert len(written) < 4
         assert not written or ".distmis-output" in left  # what was written is marked: --overwrite may replace it
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)

@@ -21,6 +21,7 @@ import pytest
 import yaml
 from blackhole import BlackholeProxy
 from raycluster import clean_env, free_port, stop_group
+from smalldisk import pages, resize, small_disk
 from test_search import read_results, space_file
 
 pytestmark = pytest.mark.slow
@@ -164,36 +165,15 @@ def test_a_ray_address_that_does_not_answer_is_named_within_the_bound(
     assert not out.exists()  # nothing left behind
 
 
-def _mounted_tmpfs(where: Path, size: str) -> bool:
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        return False
-    where.mkdir(parents=True, exist_ok=True)
-    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)]).returncode == 0
-
-
-def _pages(path: Path) -> int:
-    """Bytes ``path`` takes on a tmpfs: whole 4 KiB pages."""
-    return -(-path.stat().st_size // 4096) * 4096
-
-
-def _unmount(where: Path) -> None:
-    subprocess.run(["umount", "-l", str(where)], check=False)
-
-
 def test_prepare_on_a_full_disk_names_the_path_and_leaves_nothing(msd16: Path, tmp_path: Path) -> None:
-    disk = tmp_path / "disk"
     # smaller than the prepared shards (about 1 MiB at 16^3 x 4 channels x 12 cases, float16)
-    if not _mounted_tmpfs(disk, "256k"):
-        pytest.skip("needs root and mount to make a small tmpfs (mount -t tmpfs -o size=256k)")
-    try:
+    with small_disk(tmp_path / "disk", "256k") as disk:
         result = _run("prepare", str(msd16), str(disk / "prepared"), "--shape", "16,16,16", "--processes", "1")
         assert result.returncode == 2, result.stdout[-1500:] + result.stderr[-1500:]
         errors = [line for line in result.stderr.splitlines() if line.startswith("distmis: error:")]
         assert len(errors) == 1 and "ENOSPC" in errors[0] and str(disk) in errors[0], result.stderr[-2000:]
         assert "Traceback" not in result.stderr
         assert list(disk.iterdir()) == []  # no half-written output, no temporary, no lock file
-    finally:
-        _unmount(disk)
 
 
 def test_a_search_whose_bookkeeping_meets_a_full_disk_fails_clearly_and_resumes(
@@ -203,7 +183,7 @@ def test_a_search_whose_bookkeeping_meets_a_full_disk_fails_clearly_and_resumes(
     MLflow parent run FAILED with the reason; with room again, --resume writes them and finishes it."""
     from mlflow.tracking import MlflowClient
 
-    if os.geteuid() != 0 or shutil.which("mount") is None:
+    if os.geteuid() != 0 or shutil.which("mount") is None:  # before the probe search, not after it
         pytest.skip("needs root and mount to make a small tmpfs")
     path = space_file(tmp_path, prepared16, name="full", algorithm="random", samples=1, epochs=1, concurrency=1,
                       space={"lr": {"loguniform": [3.0e-3, 2.0e-2]}})  # fmt: skip
@@ -216,15 +196,12 @@ def test_a_search_whose_bookkeeping_meets_a_full_disk_fails_clearly_and_resumes(
     bookkeeping = {"results.csv", "best.yaml", "summary.json", "timings.json", "best", "plots"}
     files = [p for p in probe.rglob("*") if p.is_file()]
     at_end = [p for p in files if p.relative_to(probe).parts[0] in bookkeeping]
-    used = sum(_pages(p) for p in files if p not in at_end)
-    end = sum(_pages(p) for p in at_end)
+    used = sum(pages(p) for p in files if p not in at_end)
+    end = sum(pages(p) for p in at_end)
     assert end > 256 * 1024, f"the end writes only {end} bytes: too little to fill a disk with a margin"
-    disk = tmp_path / "disk"
     # room for the trials with half the end's size to spare (for what a slower run writes more, such
     # as Ray's warnings in tune.log), and not for the end
-    if not _mounted_tmpfs(disk, f"{(used + end // 2) // 1024}k"):
-        pytest.skip("mount -t tmpfs failed")
-    try:
+    with small_disk(tmp_path / "disk", f"{(used + end // 2) // 1024}k") as disk:
         out = disk / "out"
         result = _run("tune", str(path), "--out", str(out), "--tracking-uri", store, timeout=400)
         assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
@@ -243,10 +220,8 @@ def test_a_search_whose_bookkeeping_meets_a_full_disk_fails_clearly_and_resumes(
             [parent.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'"
         )
         assert trials and all(t.info.status == "FINISHED" for t in trials)  # the trials finished; the end did not fit
-        subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)
+        resize(disk, "64m")
         resumed = _run("tune", str(path), "--out", str(out), "--resume", "--tracking-uri", store, timeout=400)
         assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
         assert len(read_results(out)) == 1 and (out / "best" / "weights.npz").is_file()
         assert client.get_run(parent.info.run_id).info.status == "FINISHED"
-    finally:
-        _unmount(disk)
