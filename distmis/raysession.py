@@ -141,7 +141,8 @@ def _probe(address: str, start: float, fail: Any) -> None:
     """A TCP connection to the address's host and port, retried within the bound."""
     import socket
 
-    target = address.split("://", 1)[-1].rstrip("/")
+    # scheme://user:password@host:port/path -> host:port (Ray's client and dashboard addresses)
+    target = address.split("://", 1)[-1].split("/", 1)[0].rpartition("@")[2]
     if target in ("auto", "local") or ":" not in target:
         return  # Ray finds the address itself (the session on this node), or names its own error
     host, _, port_text = target.rpartition(":")

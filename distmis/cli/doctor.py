@@ -25,12 +25,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from distmis.redact import redact
     from distmis.tensorflow_env import onednn_enabled
     from distmis.training import configure_tensorflow
 
     results: list[tuple[str, bool, str]] = []
 
     def check(name: str, ok: bool, detail: str) -> None:
+        detail = redact(detail)  # every line: a library's error may echo an address with its password
         results.append((name, ok, detail))
         print(f"[{'ok' if ok else 'FAIL'}] {name}: {detail}", flush=True)
 

@@ -282,6 +282,8 @@ def test_every_command_keeps_a_planted_password_out_of_its_output(assets: Assets
         (["ui", "--tracking-uri", pg, "--port", str(_closed_port()), "--no-browser"], {}),
         (["doctor"], {"MLFLOW_TRACKING_URI": pg}),
         (["doctor"], {"MLFLOW_TRACKING_URI": uri}),  # probed: its error must not print the password
+        (["doctor"], {"RAY_ADDRESS": f"ray://user:{SECRET}@127.0.0.1:{closed}"}),  # a Ray client address
+        (["tune", str(space), "--out", "e", "--address", uri], {}),  # a dashboard address given to tune
         (["cluster", "sbatch", "--no-venv", "--", "distmis", "tune", str(space), "--tracking-uri", pg], {}),
         (["validate", str(space), "--no-data"], {"MLFLOW_TRACKING_URI": uri}),
     ]
