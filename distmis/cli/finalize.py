@@ -17,14 +17,18 @@ from distmis.cli._common import nonnegative_int, positive_int
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="a finished search directory (distmis tune's --out), or a comparison's mode directory")
     p.add_argument(
-        "--top", type=positive_int, default=2, help="configurations to cross-validate, best first (default 2)"
+        "--top", type=positive_int, default=None, help="configurations to cross-validate, best first (default 2)"
     )
-    p.add_argument("--folds", type=positive_int, default=5, help="cross-validation folds (default 5, as nnU-Net)")
-    p.add_argument("--seed", type=nonnegative_int, default=0, help="how cases are dealt into folds (default 0)")
+    p.add_argument("--folds", type=positive_int, default=None, help="cross-validation folds (default 5, as nnU-Net)")
+    p.add_argument("--seed", type=nonnegative_int, default=None, help="how cases are dealt into folds (default 0)")
     p.add_argument(
         "--out", default=None, help="the finalize's directory (default RUN/finalize; the model goes to RUN/final)"
     )
-    p.add_argument("--resume", action="store_true", help="continue an interrupted finalize (finished folds are kept)")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue an interrupted finalize with its recorded choices (finished folds are kept; a different --top, --folds, --seed or --no-* is refused)",
+    )
     p.add_argument("--address", default=None, help="Ray cluster address (default: $RAY_ADDRESS, else a local Ray)")
     p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: the search's own store)")
     p.add_argument(
@@ -52,9 +56,10 @@ def run(args: argparse.Namespace) -> int:
         resume=args.resume,
         address=args.address,
         tracking_uri=args.tracking_uri,
-        tta=not args.no_tta,
-        pairs=not args.no_pairs,
-        postprocess=not args.no_postprocess,
+        # None: not given (the default, or on --resume the recorded finalize's choice)
+        tta=False if args.no_tta else None,
+        pairs=False if args.no_pairs else None,
+        postprocess=False if args.no_postprocess else None,
         verbose=1 if args.verbose else 0,
     )
     if result.interrupted:

@@ -23,6 +23,11 @@ from distmis.exceptions import ConfigError, TuningError
 from distmis.files import marker_info
 
 PLAN_FILE = "finalize.json"
+#: what a new finalize does unless told otherwise (nnU-Net's 5 folds; the two best configurations)
+DEFAULTS: dict[str, Any] = {"top": 2, "folds": 5, "seed": 0, "tta": True, "pairs": True, "postprocess": True}
+#: how each choice is spelt on the command line, for errors
+_OPTIONS = {"top": "--top", "folds": "--folds", "seed": "--seed", "tta": "--no-tta", "pairs": "--no-pairs",
+            "postprocess": "--no-postprocess"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -69,25 +74,51 @@ class FinalizePlan:
         }
 
 
+def _check_resumed_choices(recorded: Path, given: dict[str, Any], chosen: dict[str, Any]) -> None:
+    """Refuse a choice given with ``--resume`` that differs from the recorded finalize, naming each."""
+    differing = [k for k, v in given.items() if v is not None and v != chosen[k]]
+    if not differing:
+        return
+
+    def spelt(key: str, value: Any) -> str:
+        if isinstance(value, bool):
+            return f"{_OPTIONS[key]}" if not value else f"without {_OPTIONS[key]}"
+        return f"{_OPTIONS[key]} {value}"
+
+    asked = ", ".join(spelt(k, given[k]) for k in differing)
+    was = ", ".join(spelt(k, chosen[k]) for k in differing)
+    raise TuningError(
+        f"{recorded.parent}: --resume continues the finalize recorded in {recorded.name} ({was}), "
+        f"but this command asks for {asked}; drop {'them' if len(differing) > 1 else 'it'} to resume, "
+        "or run without --resume into another --out"
+    )
+
+
 def plan_finalize(
     run: str | Path,
     *,
-    top: int,
-    folds: int,
-    seed: int = 0,
+    top: int | None = None,
+    folds: int | None = None,
+    seed: int | None = None,
     out: str | Path | None = None,
     final: str | Path | None = None,
     resume: bool = False,
-    tta: bool = True,
-    pairs: bool = True,
-    postprocess: bool = True,
+    tta: bool | None = None,
+    pairs: bool | None = None,
+    postprocess: bool | None = None,
 ) -> FinalizePlan:
     """Read the search in ``run`` and plan its finalize (on ``--resume``, the recorded plan).
 
+    A choice left as ``None`` takes :data:`DEFAULTS` (a new finalize) or the recorded value
+    (``resume``); one given on ``resume`` must equal the recorded one, because the folds already
+    trained were trained for it: a resumed finalize never silently does something else.
+
     Raises:
-        TuningError: not a finished search, K or F out of range, a finalize already there.
+        TuningError: not a finished search, K or F out of range, a finalize already there, a
+            choice given on ``resume`` that differs from the recorded finalize.
         ConfigError / DataError: the search's files or data, naming them.
     """
+    given = {"top": top, "folds": folds, "seed": seed, "tta": tta, "pairs": pairs, "postprocess": postprocess}
     run = Path(run).resolve()
     summary, config, prepared = _read_search(run)
     out_dir = Path(out).resolve() if out else run / "finalize"
@@ -98,8 +129,12 @@ def plan_finalize(
         raise TuningError(f"{out_dir}: no finalize to resume here (no {PLAN_FILE}); run without --resume")
     if resume:
         data = json.loads(recorded.read_text(encoding="utf-8"))
-        top, folds, seed = len(data["candidates"]), data["folds"], data["seed"]
-        tta, pairs, postprocess = data["tta"], data["pairs"], data["postprocess"]
+        chosen = {**{k: data[k] for k in DEFAULTS if k != "top"}, "top": len(data["candidates"])}
+        _check_resumed_choices(recorded, given, chosen)
+    else:
+        chosen = {k: DEFAULTS[k] if v is None else v for k, v in given.items()}
+    top, folds, seed = int(chosen["top"]), int(chosen["folds"]), int(chosen["seed"])
+    tta, pairs, postprocess = bool(chosen["tta"]), bool(chosen["pairs"]), bool(chosen["postprocess"])
     candidates = _candidates(summary, config, top)
     manifest = load_manifest(prepared)
     groups = fold_groups(cv_cases(manifest), folds, seed)

@@ -77,20 +77,21 @@ def fold_config(plan: FinalizePlan) -> ExperimentConfig:
 def run_finalize(
     run: str | Path,
     *,
-    top: int,
-    folds: int,
-    seed: int = 0,
+    top: int | None = None,
+    folds: int | None = None,
+    seed: int | None = None,
     out: str | Path | None = None,
     resume: bool = False,
     address: str | None = None,
     tracking_uri: str | None = None,
-    tta: bool = True,
-    pairs: bool = True,
-    postprocess: bool = True,
+    tta: bool | None = None,
+    pairs: bool | None = None,
+    postprocess: bool | None = None,
     verbose: int = 0,
 ) -> FinalizeResult:
     """Cross-validate the ``top`` configurations of the search in ``run`` on ``folds`` folds and write
-    ``run/final/``; see the module docstring.
+    ``run/final/``; see the module docstring. A choice left as ``None`` takes
+    :data:`~distmis.finalize._plan.DEFAULTS`, or on ``resume`` the recorded finalize's.
 
     Raises:
         TuningError: see :func:`plan_finalize`. TrackingError: MLflow unreachable at the start.

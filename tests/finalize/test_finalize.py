@@ -178,6 +178,14 @@ def test_a_finalize_killed_mid_fold_resumes_without_training_a_fold_twice(search
         proc.wait(timeout=30)
     finally:
         stop_group(proc, timeout=5)
+    # a choice other than the recorded one is refused, naming it, and the finalize is left as it was
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    other = _distmis("finalize", str(search), "--resume", "--out", str(out), "--folds", str(FOLDS + 1), "--no-tta")
+    errors = [line for line in other.stderr.splitlines() if line.startswith("distmis: error:")]
+    assert other.returncode == 2 and len(errors) == 1, other.stdout[-1500:] + other.stderr[-1500:]
+    assert f"--folds {FOLDS + 1}" in errors[0] and f"--folds {FOLDS}" in errors[0], errors[0]
+    assert "--no-tta" not in errors[0]  # the recorded finalize had --no-tta too: not a difference
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     resumed = _distmis("finalize", str(search), "--resume", "--out", str(out))
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     for path, text in finished.items():  # a finished fold was not trained again
