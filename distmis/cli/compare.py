@@ -22,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("space", help="search-space YAML (as for distmis tune)")
     p.add_argument(
         "--modes",
-        default="experiment,data,hybrid",
+        default=None,
         help="comma-separated subset of experiment,data,hybrid (default all three)",
     )
     p.add_argument(
@@ -53,13 +53,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--baseline-trials",
         type=nonnegative_int,
-        default=2,
+        default=None,
         help="configurations run sequentially on 1 worker to anchor speed-ups (default 2; 0: none)",
     )
     p.add_argument(
         "--lr-scaling",
         choices=("none", "linear"),
-        default="none",
+        default=None,
         help="linear: data and hybrid also run with the learning rate x workers per trial, reported "
         "next to the unscaled run (default none)",
     )
@@ -70,7 +70,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="metric value for time-to-target (default: the baseline's best)",
     )
     p.add_argument("--out", default=None, help="comparison directory (default runs/compare-<name>)")
-    p.add_argument("--resume", action="store_true", help="finish an interrupted comparison in --out")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="finish an interrupted comparison in --out with its recorded options (another value is refused; "
+        "--target may change)",
+    )
     p.add_argument(
         "--address", default=None, help="Ray cluster address (default: $RAY_ADDRESS, else local Ray per mode)"
     )
@@ -85,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
 
     result = run_compare(
         args.space,
-        modes=[m.strip() for m in args.modes.split(",") if m.strip()],
+        modes=None if args.modes is None else [m.strip() for m in args.modes.split(",") if m.strip()],
         budget=args.budget,
         slots=args.slots,
         cpus_per_worker=args.cpus_per_worker,

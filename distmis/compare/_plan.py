@@ -103,7 +103,7 @@ def plan_modes(
     if unknown:
         raise ConfigError(f"--modes: unknown {unknown}; expected a comma-separated subset of {list(MODES)}")
     if workers < 2:
-        raise ConfigError(f"--workers {workers}: comparing parallelism needs at least 2 worker slots")
+        raise ConfigError(f"--slots {workers}: comparing parallelism needs at least 2 worker slots")
     pts = tuple(points)
     plans = []
     if baseline_trials > 0:
@@ -118,7 +118,7 @@ def plan_modes(
             if n is None or not 1 < n < workers or workers % n:
                 raise ConfigError(
                     f"hybrid: k/n trials x n workers needs 1 < n < k with n dividing k; got k={workers}, "
-                    f"n={n}. Give --workers 4 or more (e.g. --workers 4 --cpus-per-worker 0.5 on 2 cores), "
+                    f"n={n}. Give --slots 4 or more (e.g. --slots 4 --cpus-per-worker 0.5 on 2 cores), "
                     "set --hybrid-workers, or leave hybrid out of --modes"
                 )
             plans.append(ModePlan(mode, n, workers // n, pts))

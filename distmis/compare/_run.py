@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 
 from distmis.compare._analysis import BASELINE, ModeStats, analyse, same_configurations
-from distmis.compare._plan import ModePlan, fixed_points, mode_config, plan_modes
+from distmis.compare._plan import MODES, ModePlan, fixed_points, mode_config, plan_modes
 from distmis.compare._records import ModeRecord, load_mode_dir
 from distmis.compare._report import make_plots, write_reports
 from distmis.config import ExperimentConfig, load_config
@@ -43,7 +43,7 @@ from distmis.preflight import preflight
 from distmis.redact import redact, redact_uri
 from distmis.tensorflow_env import tensorflow_env
 from distmis.tracking import START_SECONDS
-from distmis.tuning import check_resume_config
+from distmis.tuning import check_resume_config, check_resumed_choices
 from distmis.waits import call_within
 
 PLAN_FILE = "compare.json"
@@ -250,23 +250,27 @@ class ComparePlan:
 def plan_comparison(
     space_file: str | Path,
     *,
-    modes: list[str],
+    modes: list[str] | None,
     budget: int | None,
     slots: int | None,
     cpus_per_worker: float | None,
     gpus_per_worker: float | None,
     hybrid_workers: int | None,
-    baseline_trials: int,
+    baseline_trials: int | None,
     target: float | None,
     out: str | Path | None,
     resume: bool,
     address: str | None,
-    lr_scaling: str,
+    lr_scaling: str | None,
 ) -> ComparePlan:
     """The comparison's plan: new from the options, or read back from ``compare.json`` on ``--resume``.
 
+    An option left as ``None`` takes its default (new) or the recorded value (``resume``); one
+    given with ``resume`` must equal the recorded value (``--target`` excepted).
+
     Raises:
-        TuningError: an existing comparison without ``resume``, nothing to resume.
+        TuningError: an existing comparison without ``resume``, nothing to resume, an option given
+            with ``resume`` that differs from the recorded comparison.
     """
     space_file = Path(space_file)
     config: ExperimentConfig = load_config(space_file, require_space=True)
@@ -280,6 +284,9 @@ def plan_comparison(
         raise TuningError(f"{out_dir}: no comparison to resume here (no {PLAN_FILE})")
     if resume:
         d = json.loads(plan_path.read_text(encoding="utf-8"))
+        _check_resumed_options(plan_path, d, modes=modes, budget=budget, slots=slots, cpus_per_worker=cpus_per_worker,
+                               gpus_per_worker=gpus_per_worker, hybrid_workers=hybrid_workers,
+                               baseline_trials=baseline_trials, lr_scaling=lr_scaling)  # fmt: skip
         return ComparePlan(
             config, space_file, out_dir, d["modes"], d["points"], d["slots"], d["cpus_per_worker"],
             d["gpus_per_worker"], d["hybrid_workers"], d["baseline_trials"], d["target"] if target is None else target,
@@ -289,9 +296,48 @@ def plan_comparison(
     gpus = gpus_per_worker if gpus_per_worker is not None else config.parallelism.gpus_per_worker
     points = fixed_points(config, budget or config.search.num_samples)
     return ComparePlan(
-        config, space_file, out_dir, modes, points, slots or default_slots(cpus, address), cpus, gpus,
-        hybrid_workers, baseline_trials, target, lr_scaling, resume=False,
+        config, space_file, out_dir, list(MODES) if modes is None else modes, points,
+        slots or default_slots(cpus, address), cpus, gpus, hybrid_workers,
+        DEFAULT_BASELINE_TRIALS if baseline_trials is None else baseline_trials, target, lr_scaling or "none",
+        resume=False,
     )  # fmt: skip
+
+
+DEFAULT_BASELINE_TRIALS = 2  # configurations run on one worker to anchor the speed-ups
+#: a comparison's choices as typed on the command line, for errors (``--target`` may change on resume)
+_OPTIONS = {"modes": "--modes", "budget": "--budget", "slots": "--slots", "cpus_per_worker": "--cpus-per-worker",
+            "gpus_per_worker": "--gpus-per-worker", "hybrid_workers": "--hybrid-workers",
+            "baseline_trials": "--baseline-trials", "lr_scaling": "--lr-scaling"}  # fmt: skip
+
+
+def _check_resumed_options(plan_path: Path, recorded: dict[str, Any], **given: Any) -> None:
+    """Refuse options given with ``--resume`` that differ from ``compare.json``: the modes already run
+    were run for the recorded ones. ``--target`` only changes the report, and may."""
+    hybrid = next((p["workers_per_trial"] for p in recorded.get("plans", []) if p["name"] == "hybrid"), None)
+    chosen = {
+        "modes": recorded["modes"],
+        "budget": len(recorded["points"]),
+        "slots": recorded["slots"],
+        "cpus_per_worker": recorded["cpus_per_worker"],
+        "gpus_per_worker": recorded["gpus_per_worker"],
+        "hybrid_workers": recorded["hybrid_workers"] if recorded["hybrid_workers"] is not None else hybrid,
+        "baseline_trials": recorded["baseline_trials"],
+        "lr_scaling": recorded.get("lr_scaling", "none"),
+    }
+
+    def spell(key: str, value: Any) -> str:
+        shown = (
+            ",".join(value)
+            if isinstance(value, list)
+            else "not set"
+            if value is None
+            else f"{value:g}"
+            if isinstance(value, float)
+            else value
+        )
+        return f"{_OPTIONS[key]} {shown}"
+
+    check_resumed_choices(plan_path, given, chosen, spell)
 
 
 def check_comparison(plan: ComparePlan) -> None:
@@ -350,21 +396,24 @@ def _start(plan: ComparePlan, tracking_uri: str | None) -> tuple[_CompareTrackin
 def run_compare(
     space_file: str | Path,
     *,
-    modes: list[str],
+    modes: list[str] | None = None,
     budget: int | None = None,
     slots: int | None = None,
     cpus_per_worker: float | None = None,
     gpus_per_worker: float | None = None,
     hybrid_workers: int | None = None,
-    baseline_trials: int = 2,
+    baseline_trials: int | None = None,
     target: float | None = None,
     out: str | Path | None = None,
     resume: bool = False,
     address: str | None = None,
     tracking_uri: str | None = None,
-    lr_scaling: str = "none",
+    lr_scaling: str | None = None,
 ) -> CompareResult:
     """Plan, run every mode, analyse, write the report and log everything under one MLflow run.
+
+    ``None`` options take their defaults (all modes, 2 baseline trials, no learning-rate scaling),
+    or on ``resume`` the recorded comparison's.
 
     Raises:
         ConfigError: a bad space file or mode plan. TuningError: an existing comparison without

@@ -21,6 +21,7 @@ from distmis.config import ExperimentConfig, load_config
 from distmis.data import cv_cases, fold_groups, load_manifest
 from distmis.exceptions import ConfigError, TuningError
 from distmis.files import marker_info
+from distmis.tuning import check_resumed_choices
 
 PLAN_FILE = "finalize.json"
 #: what a new finalize does unless told otherwise (nnU-Net's 5 folds; the two best configurations)
@@ -74,24 +75,11 @@ class FinalizePlan:
         }
 
 
-def _check_resumed_choices(recorded: Path, given: dict[str, Any], chosen: dict[str, Any]) -> None:
-    """Refuse a choice given with ``--resume`` that differs from the recorded finalize, naming each."""
-    differing = [k for k, v in given.items() if v is not None and v != chosen[k]]
-    if not differing:
-        return
-
-    def spelt(key: str, value: Any) -> str:
-        if isinstance(value, bool):
-            return f"{_OPTIONS[key]}" if not value else f"without {_OPTIONS[key]}"
-        return f"{_OPTIONS[key]} {value}"
-
-    asked = ", ".join(spelt(k, given[k]) for k in differing)
-    was = ", ".join(spelt(k, chosen[k]) for k in differing)
-    raise TuningError(
-        f"{recorded.parent}: --resume continues the finalize recorded in {recorded.name} ({was}), "
-        f"but this command asks for {asked}; drop {'them' if len(differing) > 1 else 'it'} to resume, "
-        "or run without --resume into another --out"
-    )
+def _spell(key: str, value: Any) -> str:
+    """A finalize choice as typed: ``--folds 3``; a switch by whether it was on."""
+    if isinstance(value, bool):
+        return _OPTIONS[key] if not value else f"without {_OPTIONS[key]}"
+    return f"{_OPTIONS[key]} {value}"
 
 
 def plan_finalize(
@@ -130,7 +118,7 @@ def plan_finalize(
     if resume:
         data = json.loads(recorded.read_text(encoding="utf-8"))
         chosen = {**{k: data[k] for k in DEFAULTS if k != "top"}, "top": len(data["candidates"])}
-        _check_resumed_choices(recorded, given, chosen)
+        check_resumed_choices(recorded, given, chosen, _spell)
     else:
         chosen = {k: DEFAULTS[k] if v is None else v for k, v in given.items()}
     top, folds, seed = int(chosen["top"]), int(chosen["folds"]), int(chosen["seed"])

@@ -4,7 +4,7 @@ from distmis.tuning._interrupt import STOP_REQUESTED, stop_on_walltime_warning
 from distmis.tuning._phases import Timings, alive_nodes, ray_session, tune_environment
 from distmis.tuning._progress import LiveProgress
 from distmis.tuning._results import SearchSummary, TrialRow, max_overlap, trial_rows
-from distmis.tuning._resume import check_resume_config
+from distmis.tuning._resume import check_resume_config, check_resumed_choices
 from distmis.tuning._search import experiment_dir, plan_concurrency, run_search
 from distmis.tuning._searcher import OptunaSearcher, build_sampler
 from distmis.tuning._tracking import fail_search_tracking
@@ -36,6 +36,7 @@ __all__ = [
     "WorkerGroup",
     "build_sampler",
     "check_resume_config",
+    "check_resumed_choices",
     "experiment_dir",
     "max_overlap",
     "plan_concurrency",

@@ -15,6 +15,7 @@ comparison and a finalize are refused too, naming the command that continues the
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -106,3 +107,28 @@ def differences(before: Any, after: Any, prefix: str = "") -> list[str]:
 
 
 __all__ = ["MAY_CHANGE", "check_resume_config", "check_resume_target", "differences"]
+
+
+def check_resumed_choices(
+    recorded_file: Path, given: Mapping[str, Any], recorded: Mapping[str, Any], spell: Callable[[str, Any], str]
+) -> None:
+    """Refuse command-line choices given with ``--resume`` that differ from the recorded ones.
+
+    ``finalize`` and ``compare`` resume the plan they recorded (``finalize.json``,
+    ``compare.json``): what already ran was run for it, so a different ``--folds`` or ``--modes``
+    can neither be applied nor ignored in silence. ``given`` holds ``None`` for what was not given;
+    ``spell(key, value)`` writes a choice as the user types it (``--folds 5``).
+
+    Raises:
+        TuningError: naming each differing choice, as asked and as recorded.
+    """
+    differing = [k for k, v in given.items() if v is not None and v != recorded[k]]
+    if not differing:
+        return
+    asked = ", ".join(spell(k, given[k]) for k in differing)
+    was = ", ".join(spell(k, recorded[k]) for k in differing)
+    raise TuningError(
+        f"{recorded_file.parent}: --resume continues what {recorded_file.name} records ({was}), but this "
+        f"command asks for {asked}; drop {'them' if len(differing) > 1 else 'it'} to resume, or run "
+        "without --resume into another --out"
+    )

@@ -185,6 +185,15 @@ def test_existing_comparison_is_refused_and_resume_reuses_finished_modes(
     space = Path(plan["space_file"])
     assert main(["compare", str(space), "--slots", "4", "--cpus-per-worker", "0.5", "--out", str(comparison)]) == 2
     assert "pass --resume" in capsys.readouterr().err
+    # options other than the recorded ones are refused, each named, and nothing changes
+    files = {p: p.read_bytes() for p in comparison.rglob("*") if p.is_file()}
+    other = ["--modes", "data", "--slots", "2", "--budget", "4", "--target", "0.5"]
+    assert main(["compare", str(space), "--resume", "--out", str(comparison), *other]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("distmis: error:") and len(error.strip().splitlines()) == 1, error
+    assert "--modes data" in error and "--modes experiment,data,hybrid" in error and "--slots 2" in error, error
+    assert "--budget" not in error and "--target" not in error  # the same budget; a target may change
+    assert {p: p.read_bytes() for p in comparison.rglob("*") if p.is_file()} == files
     before = {m: (comparison / m / "summary.json").stat().st_mtime for m in MODES}
     assert main(["compare", str(space), "--resume", "--out", str(comparison)]) == 0
     out = capsys.readouterr().out
