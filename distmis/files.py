@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from distmis.exceptions import DistmisError, OutputError
-from distmis.locks import LOCK_FILE, sibling_lock
+from distmis.locks import LOCK_FILE, output_lock, sibling_lock
 
 MARKER = ".distmis-output"
 SIGNATURE = "distmis"
@@ -370,6 +370,10 @@ def atomic_directory(
         try:
             if not inside_own_output:  # one writer at a time: a second command is refused, naming the first
                 held.enter_context(sibling_lock(out, command=command, option=option))
+                if (out / LOCK_FILE).is_file():  # readers of the old one (a search on a prepared dataset)
+                    held.enter_context(
+                        output_lock(out / LOCK_FILE, command=command, option=option, busy_hint=_READERS_HINT)
+                    )
             tmp = _tmp_sibling(out, directory=True)
         except BaseException:
             remove_if_empty(parents)
@@ -386,6 +390,12 @@ def atomic_directory(
             remove_if_empty(parents)
             _raise_naming(exc, out)
             raise
+
+
+_READERS_HINT = (
+    "it is being read by a running distmis tune, train or finalize (a shared lock names no one); run this "
+    "again once they have ended, or write to another place"
+)
 
 
 @contextlib.contextmanager

@@ -19,7 +19,9 @@ behind to block ``--resume``; the file itself stays and only records who held it
 
 Directories written piece by piece (a search, a comparison, a finalize) hold ``.distmis-lock``
 inside; outputs that appear all at once (``prepare``, ``evaluate``) lock a hidden sibling
-``.<name>.distmis-lock`` beside the output, removed again at the end.
+``.<name>.distmis-lock`` beside the output, removed again at the end. A prepared dataset also
+carries ``.distmis-lock`` inside: the commands training on it hold it shared
+(:func:`reader_lock`), and replacing it (``prepare --overwrite``) takes it exclusively.
 """
 
 from __future__ import annotations
@@ -151,10 +153,47 @@ def source_lock(directory: Path, *, command: str, option: str) -> contextlib.Abs
     return output_lock(path, command=command, option=option, busy_hint="run it again once that has ended")
 
 
+@contextlib.contextmanager
+def reader_lock(directory: Path, *, option: str) -> Iterator[None]:
+    """Hold a shared lock on a prepared dataset for as long as a command trains on it.
+
+    ``prepare --overwrite`` replaced the shards of a dataset under a running search (the trials
+    would then read a mix of two preparations). Readers (``tune``, ``train``, ``finalize``) hold
+    ``LOCK_SH`` on the dataset's ``.distmis-lock`` and any number of them may read at once; the
+    command that replaces the directory takes ``LOCK_EX`` on the same file (see
+    :func:`distmis.files.atomic_directory`), so either side is refused while the other runs. A
+    dataset without the file (prepared by an older distmis, or not by distmis) is read unlocked;
+    the file is only opened for reading, so a read-only dataset locks too.
+
+    Raises:
+        OutputError: the directory is being replaced now, naming the command doing it.
+    """
+    path = Path(directory) / LOCK_FILE
+    try:
+        fh = open(path, encoding="utf-8")  # noqa: SIM115 - held open for the block: the lock lives with it
+    except OSError:
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise OutputError(
+                    f"{option} {directory}: being rewritten by {_describe(_holder(fh))}; run this again once "
+                    "that has ended"
+                ) from None
+            if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP):
+                raise
+        yield
+    finally:
+        fh.close()  # releases the lock
+
+
 def sibling_lock(out: Path, *, command: str, option: str = "OUT") -> contextlib.AbstractContextManager[Path]:
     """The lock of an output that appears all at once: a hidden file beside it, removed at the end."""
     out = Path(out)
     return output_lock(out.parent / f".{out.name[:200]}{LOCK_FILE}", command=command, option=option, remove=True)
 
 
-__all__ = ["LOCK_FILE", "directory_lock", "output_lock", "sibling_lock", "source_lock"]
+__all__ = ["LOCK_FILE", "directory_lock", "output_lock", "reader_lock", "sibling_lock", "source_lock"]

@@ -4,6 +4,7 @@ a checkpoint every epoch, the best weights kept; --resume continues from the las
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
 
 from distmis.cli._common import positive_int
@@ -23,6 +24,7 @@ def run(args: argparse.Namespace) -> int:
     from distmis.config import load_config
     from distmis.exceptions import TrainingError
     from distmis.files import OutputClaim, check_output
+    from distmis.locks import reader_lock
     from distmis.preflight import preflight
     from distmis.training import CHECKPOINT_DIR, configure_tensorflow
 
@@ -47,9 +49,13 @@ def run(args: argparse.Namespace) -> int:
     from distmis.data import resolve_prepared
     from distmis.training import RunSession, format_epoch
 
-    with OutputClaim(out, command="train", option="--out", new=not args.resume) as claim:
+    with (
+        contextlib.ExitStack() as claim_stack,
+        OutputClaim(out, command="train", option="--out", new=not args.resume) as claim,
+    ):
         with claim.setting_up():  # bad data found while preparing it, or a checkpoint that does not fit
             prepared = resolve_prepared(config.data, base_dir=base_dir)
+            claim_stack.enter_context(reader_lock(prepared, option="data.source"))  # no prepare replaces it meanwhile
             print(f"data: {prepared}")
             session = RunSession(
                 config,

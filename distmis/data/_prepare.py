@@ -30,6 +30,7 @@ from distmis.data._normalize import LEGACY, channel_schemes, ct_statistics, norm
 from distmis.data._pool import case_pool
 from distmis.exceptions import DataError
 from distmis.files import atomic_directory, check_output, check_replaceable, write_json_atomic
+from distmis.locks import LOCK_FILE
 from distmis.tensorflow_env import import_tensorflow
 
 MANIFEST = "info.json"
@@ -368,6 +369,7 @@ def prepare_dataset(
     case_stats: list[dict[str, Any]] = []
     try:
         with atomic_directory(out, command="prepare", overwrite=overwrite) as tmp:
+            (tmp / LOCK_FILE).touch()  # what a search reading this dataset holds (locks.reader_lock)
             with case_pool(workers) as pool:
                 # submit every case first: workers start reading while TensorFlow is imported here
                 futures = {name: [pool.submit(job.case, by_id[cid]) for cid in splits[name]] for name in SPLITS}

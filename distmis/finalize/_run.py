@@ -27,7 +27,7 @@ from distmis.finalize._cv import Selection, choose, out_of_fold, raw_cases, sing
 from distmis.finalize._final import write_final
 from distmis.finalize._plan import PLAN_FILE, FinalizePlan, plan_finalize
 from distmis.finalize._report import cv_metric, plots, write_cv_csv, write_reports
-from distmis.locks import source_lock
+from distmis.locks import reader_lock, source_lock
 from distmis.raysession import probe_address
 from distmis.tensorflow_env import apply_tensorflow_env, tensorflow_env
 from distmis.tracking import SearchTracker
@@ -115,6 +115,7 @@ def run_finalize(
             )
             config = fold_config(plan)
             probe_address(address)  # a dead address is named before the output is touched
+            session.enter_context(reader_lock(plan.prepared, option="the search's data"))  # not replaced meanwhile
         tune_environment()
         apply_tensorflow_env()
         claim = session.enter_context(OutputClaim(plan.out, command="finalize", option="--out", new=not plan.resume))

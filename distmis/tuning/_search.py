@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, cast
 from distmis.config import ExperimentConfig
 from distmis.exceptions import TuningError
 from distmis.files import OutputClaim, check_output, marker_info, write_text_atomic
+from distmis.locks import reader_lock
 from distmis.preflight import preflight
 from distmis.raysession import probe_address
 from distmis.tensorflow_env import apply_tensorflow_env, tensorflow_env
@@ -197,6 +198,7 @@ def run_search(
         with claim.setting_up():
             with timings.phase("data"):
                 prepared = prepared_data(config, plan.base_dir)
+                session.enter_context(reader_lock(prepared, option="data.source"))  # no prepare replaces it meanwhile
             with timings.phase("ray_and_tracking_start"):
                 # MLflow (its import, its database) on a thread while Ray starts its processes here
                 tracking = Background(

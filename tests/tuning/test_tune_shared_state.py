@@ -87,6 +87,39 @@ def test_a_second_search_on_the_same_out_is_refused_naming_the_first(prepared16:
     assert len(rows) == 2 and all(r["status"] == "TERMINATED" for r in rows)  # the refused ones took nothing
 
 
+def test_a_prepared_dataset_in_use_by_a_search_is_not_replaced_under_it(msd16: Path, tmp_path: Path) -> None:
+    """``prepare --overwrite`` of the dataset a search is training on is refused (it replaced the
+    shards under the running trials); once the search has ended it goes ahead."""
+    data = tmp_path / "prepared"
+    assert _run("prepare", str(msd16), str(data), "--shape", "16,16,16", "--processes", "1").returncode == 0
+    path = space_file(tmp_path, data, name="reader", algorithm="random", samples=1, epochs=1, concurrency=1,
+                      space={"lr": {"loguniform": [3.0e-3, 2.0e-2]}})  # fmt: skip
+    out = tmp_path / "out"
+    search = _distmis("tune", str(path), "--out", str(out), log=tmp_path / "search.log")
+    try:
+        # its trials directory exists only after the search took the dataset's shared lock; the
+        # driver is paused so that, however fast the trial runs, the search still holds it
+        _wait_for(lambda: (out / "trials").is_dir(), "the search's trials directory", search)
+        os.kill(search.pid, signal.SIGSTOP)
+        try:
+            before = {p: p.read_bytes() for p in data.rglob("*") if p.is_file()}
+            refused = _run("prepare", str(msd16), str(data), "--shape", "16,16,16", "--overwrite", "--processes", "1")
+            after = {p: p.read_bytes() for p in data.rglob("*") if p.is_file()}
+        finally:
+            os.kill(search.pid, signal.SIGCONT)
+        assert refused.returncode == 2, refused.stdout[-1500:] + refused.stderr[-1500:]
+        errors = [line for line in refused.stderr.splitlines() if line.startswith("distmis: error:")]
+        assert len(errors) == 1 and str(data) in errors[0] and "being read by a running distmis" in errors[0], errors
+        assert "Traceback" not in refused.stderr
+        assert after == before  # the dataset the search reads is byte-identical
+        assert not list(tmp_path.glob(".prepared*"))  # no temporary, no sibling lock left
+        assert search.wait(timeout=300) == 0, (tmp_path / "search.log").read_text()[-2000:]
+    finally:
+        stop_group(search, timeout=5)
+    again = _run("prepare", str(msd16), str(data), "--shape", "16,16,16", "--overwrite", "--processes", "1")
+    assert again.returncode == 0, again.stderr[-1500:]  # nobody reads it now
+
+
 def test_a_search_killed_with_sigkill_leaves_no_lock_that_blocks_resume(prepared16: Path, tmp_path: Path) -> None:
     path = space_file(tmp_path, prepared16, name="killed", algorithm="random", samples=2, epochs=3, concurrency=1,
                       space={"lr": {"loguniform": [3.0e-3, 2.0e-2]}})  # fmt: skip
