@@ -60,6 +60,20 @@ def _describe(holder: dict[str, Any]) -> str:
     return f"distmis {holder.get('command', '?')} (PID {holder.get('pid', '?')} on {holder.get('host', '?')}, started {when})"
 
 
+def _flock(fh: TextIO, mode: int) -> bool | None:
+    """``flock(mode)`` without waiting: True held, False held by another process, None the
+    filesystem cannot lock (ENOLCK, an NFS v3 ``nolock`` mount)."""
+    try:
+        fcntl.flock(fh.fileno(), mode | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return False
+        if exc.errno in (errno.ENOLCK, errno.EOPNOTSUPP):
+            return None
+        raise
+    return True
+
+
 @contextlib.contextmanager
 def output_lock(
     path: Path, *, command: str, option: str = "--out", remove: bool = False, busy_hint: str | None = None
@@ -84,19 +98,16 @@ def output_lock(
     except OSError as exc:
         raise OutputError(f"{option} {path.parent}: cannot create its lock file {path.name} ({exc.strerror})") from None
     try:
-        try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                hint = busy_hint or f"wait for it to end, or choose another {option}"
-                raise OutputError(
-                    f"{option} {path.parent}: in use by {_describe(_holder(fh))}; {hint} (a holder on another "
-                    "node that died releases it when the file server's lease expires, about 90 s on NFS)"
-                ) from None
-            if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP):
-                raise
+        got = _flock(fh, fcntl.LOCK_EX)
+        if got is False:
+            hint = busy_hint or f"wait for it to end, or choose another {option}"
+            raise OutputError(
+                f"{option} {path.parent}: in use by {_describe(_holder(fh))}; {hint} (a holder on another "
+                "node that died releases it when the file server's lease expires, about 90 s on NFS)"
+            )
+        if got is None:
             print(
-                f"distmis: warning: {path.parent}: this filesystem cannot lock files ({exc.strerror}); "
+                f"distmis: warning: {path.parent}: this filesystem cannot lock files (ENOLCK); "
                 "nothing stops a second distmis from writing here at the same time",
                 file=sys.stderr,
                 flush=True,
@@ -175,16 +186,10 @@ def reader_lock(directory: Path, *, option: str) -> Iterator[None]:
         yield
         return
     try:
-        try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise OutputError(
-                    f"{option} {directory}: being rewritten by {_describe(_holder(fh))}; run this again once "
-                    "that has ended"
-                ) from None
-            if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP):
-                raise
+        if _flock(fh, fcntl.LOCK_SH) is False:  # None: a filesystem without locks, read unlocked
+            raise OutputError(
+                f"{option} {directory}: being rewritten by {_describe(_holder(fh))}; run this again once that has ended"
+            )
         yield
     finally:
         fh.close()  # releases the lock
