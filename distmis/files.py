@@ -420,7 +420,9 @@ def _raise_naming(exc: BaseException, path: Path) -> None:
     A ``write()`` or ``close()`` on a full disk (nibabel's gzip stream, ``json.dump``) raises
     ENOSPC without a file name, and the one line shown to the user must say where it happened.
     """
-    if isinstance(exc, OSError) and exc.filename is None:
+    # only a plain OS error: one without an errno (shutil.Error, copytree's list of failures, is an
+    # OSError too) keeps its own text, which disk_failure reads
+    if isinstance(exc, OSError) and exc.filename is None and exc.errno is not None:
         raise OSError(exc.errno, exc.strerror, str(path)) from exc
 
 
