@@ -326,16 +326,13 @@ def _check_resumed_options(plan_path: Path, recorded: dict[str, Any], **given: A
     }
 
     def spell(key: str, value: Any) -> str:
-        shown = (
-            ",".join(value)
-            if isinstance(value, list)
-            else "not set"
-            if value is None
-            else f"{value:g}"
-            if isinstance(value, float)
-            else value
-        )
-        return f"{_OPTIONS[key]} {shown}"
+        if isinstance(value, list):
+            return f"{_OPTIONS[key]} {','.join(value)}"
+        if value is None:
+            return f"{_OPTIONS[key]} not set"
+        if isinstance(value, float):
+            return f"{_OPTIONS[key]} {value:g}"
+        return f"{_OPTIONS[key]} {value}"
 
     check_resumed_choices(plan_path, given, chosen, spell)
 
