@@ -7,6 +7,10 @@ BIN    := $(VENV)/bin
 # TensorFlow flavour: cpu (tensorflow-cpu, laptops/CI) or gpu (tensorflow[and-cuda], GPU nodes)
 TF     ?= cpu
 DEMO_OUT ?= runs/demo
+# parallel pytest workers for make test: most tests wait on processes (Ray, servers, SLURM) more than
+# they compute, so two workers on 2 cores; each worker runs whole modules (--dist loadscope), so a
+# module's shared fixture (a search, a SLURM cluster) is built once
+TEST_WORKERS ?= 2
 
 .PHONY: demo test test-stress lint install clean
 
@@ -45,7 +49,7 @@ lint: install
 	$(BIN)/mypy
 
 test: lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope
 
 # the process-heavy tests (Ray, trials, servers, SLURM) with one busy CPU hog beside them
 test-stress: install

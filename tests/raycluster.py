@@ -7,6 +7,7 @@ started in their own process session and stopped by process group, with a bounde
 from __future__ import annotations
 
 import os
+import random
 import secrets
 import socket
 import subprocess
@@ -19,10 +20,53 @@ from distmis.cluster.processes import stop_process_group
 VENV_BIN = Path(sys.executable).parent
 
 
+#: below the kernel's ephemeral range (where every ``bind(0)`` and outgoing connection of Ray, MLflow
+#: and the OS draws its ports) and above Ray's worker ports (10002-19999): a port handed out from
+#: here cannot be taken by another process's ``bind(0)`` before the test's process binds it
+_RESERVED_LOW = 20000
+_handed_out: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _worker_slice(low: int, high: int) -> range:
+    """This pytest-xdist worker's share of ``[low, high)``: parallel workers never hand out the same port."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    index = int(worker) if worker.isdigit() else 0
+    width = (high - low) // max(count, 1)
+    return range(low + index * width, low + (index + 1) * width)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A port on ``host`` that nothing listens on, for a process the test is about to start.
+
+    A port found by ``bind(0)`` and closed again can be given to any other process before ours
+    binds it (a clean-clone CI once failed on such a collision), and parallel test workers widen
+    that window. So ports come from the range between Ray's worker ports and the kernel's
+    ephemeral ports, split between the pytest-xdist workers, and never twice from one process.
+    """
+    low, high = _RESERVED_LOW, _ephemeral_low()
+    if high - low < 1000:  # an unusual ip_local_port_range: fall back to the kernel's choice
+        with socket.socket() as s:
+            s.bind((host, 0))
+            return s.getsockname()[1]
+    candidates = [port for port in _worker_slice(low, high) if port not in _handed_out]
+    random.shuffle(candidates)
+    for port in candidates:
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError(f"no free port on {host} in {low}-{high}")
 
 
 def write_token(directory: Path) -> Path:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from raycluster import free_port
 
 from distmis.cli import main
 
@@ -32,9 +32,7 @@ def test_doctor_prints_what_it_checked(capsys: pytest.CaptureFixture[str]) -> No
 def test_doctor_fails_on_a_stale_ray_address_and_tracking_server(tmp_path: Path) -> None:
     """A RAY_ADDRESS or tracking server left from an earlier job, where nothing listens, is named
     (within the bounds) and doctor exits 1; as a user runs it, in its own process."""
-    with socket.socket() as s:  # bound, then closed: nothing listens there
-        s.bind(("127.0.0.1", 0))
-        closed = s.getsockname()[1]
+    closed = free_port()  # nothing listens there
     env = {**os.environ, "RAY_ADDRESS": f"127.0.0.1:{closed}", "MLFLOW_TRACKING_URI": f"http://127.0.0.1:{closed}"}
     result = subprocess.run(
         [sys.executable, "-m", "distmis", "doctor"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=180

@@ -10,7 +10,6 @@ their own: tests/tuning/test_tune_shared_state.py.
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import nibabel as nib
 import numpy as np
 import pytest
 from conftest import Assets, Workspace, check_case, run_distmis
+from raycluster import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -35,10 +35,8 @@ def case(group: str) -> Callable:
 
 
 def _closed_port() -> int:
-    """A port on 127.0.0.1 where nothing listens (bound, then closed)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port on 127.0.0.1 where nothing listens (one no other process is handed out)."""
+    return free_port()
 
 
 def _fake_search(ws: Workspace, name: str, space_text: str) -> Path:
