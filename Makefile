@@ -9,7 +9,8 @@ TF     ?= cpu
 DEMO_OUT ?= runs/demo
 # parallel pytest workers for make test: most tests wait on processes (Ray, servers, SLURM) more than
 # they compute, so two workers on 2 cores; each worker runs whole modules (--dist loadscope), so a
-# module's shared fixture (a search, a SLURM cluster) is built once
+# module's shared fixture (a search, a SLURM cluster) is built once; the longest modules go first
+# (tests/conftest.py:LONGEST_MODULES, kept in that order by --no-loadscope-reorder)
 TEST_WORKERS ?= 2
 
 .PHONY: demo test test-stress lint install clean
@@ -49,7 +50,7 @@ lint: install
 	$(BIN)/mypy
 
 test: lint
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
 # the process-heavy tests (Ray, trials, servers, SLURM) with one busy CPU hog beside them
 test-stress: install

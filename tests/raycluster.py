@@ -15,32 +15,44 @@ import sys
 import time
 from pathlib import Path
 
+from distmis.cluster import ports
 from distmis.cluster.processes import stop_process_group
 
 VENV_BIN = Path(sys.executable).parent
 
 
-#: below the kernel's ephemeral range (where every ``bind(0)`` and outgoing connection of Ray, MLflow
-#: and the OS draws its ports) and above Ray's worker ports (10002-19999): a port handed out from
-#: here cannot be taken by another process's ``bind(0)`` before the test's process binds it
-_RESERVED_LOW = 20000
 _handed_out: set[int] = set()
 
 
-def _ephemeral_low() -> int:
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 0
+def _reserved_ports() -> list[int]:
+    """Ports that neither the kernel's ``bind(0)`` nor the SLURM bootstrapper's blocks draw from.
+
+    The kernel hands out its ephemeral range to every ``bind(0)`` and outgoing connection (Ray,
+    MLflow, the OS), and :mod:`distmis.cluster.ports` claims whole 512-port blocks outside it for a
+    SLURM job's nodes. What is left is the tail of each non-ephemeral stretch that no block fits
+    (32288-32767 and 65096-65535 with Linux's default range): a port handed out from there cannot be
+    taken by another process before the test's process binds it, not even by a SLURM job that a
+    parallel test worker is starting.
+    """
+    ephemeral = ports.ephemeral_range()
+    covered = {port for base in ports.candidate_bases(ephemeral) for port in range(base, base + ports.BLOCK_SIZE)}
+    low, high = ephemeral
+    outside = [*range(ports.LOWEST_PORT, low), *range(high + 1, ports.HIGHEST_PORT + 1)]
+    return [port for port in outside if port not in covered]
 
 
-def _worker_slice(low: int, high: int) -> range:
-    """This pytest-xdist worker's share of ``[low, high)``: parallel workers never hand out the same port."""
+def _worker_share(reserved: list[int]) -> list[int]:
+    """This pytest-xdist worker's share of ``reserved``: parallel workers never hand out the same port."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
-    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    count = max(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1), 1)
     index = int(worker) if worker.isdigit() else 0
-    width = (high - low) // max(count, 1)
-    return range(low + index * width, low + (index + 1) * width)
+    return reserved[index % count :: count]
+
+
+def _bind_any(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -48,15 +60,17 @@ def free_port(host: str = "127.0.0.1") -> int:
 
     A port found by ``bind(0)`` and closed again can be given to any other process before ours
     binds it (a clean-clone CI once failed on such a collision), and parallel test workers widen
-    that window. So ports come from the range between Ray's worker ports and the kernel's
-    ephemeral ports, split between the pytest-xdist workers, and never twice from one process.
+    that window. So ports come from :func:`_reserved_ports`, split between the pytest-xdist
+    workers, and not twice from one process until its whole share has been handed out. On a host
+    whose port ranges leave too few such ports, the kernel chooses (``bind(0)``).
     """
-    low, high = _RESERVED_LOW, _ephemeral_low()
-    if high - low < 1000:  # an unusual ip_local_port_range: fall back to the kernel's choice
-        with socket.socket() as s:
-            s.bind((host, 0))
-            return s.getsockname()[1]
-    candidates = [port for port in _worker_slice(low, high) if port not in _handed_out]
+    share = _worker_share(_reserved_ports())
+    if len(share) < 100:
+        return _bind_any(host)
+    candidates = [port for port in share if port not in _handed_out]
+    if not candidates:  # the whole share was handed out once: those ports' tests are long over
+        _handed_out.clear()
+        candidates = share
     random.shuffle(candidates)
     for port in candidates:
         with socket.socket() as s:
@@ -66,7 +80,7 @@ def free_port(host: str = "127.0.0.1") -> int:
                 continue
         _handed_out.add(port)
         return port
-    raise RuntimeError(f"no free port on {host} in {low}-{high}")
+    return _bind_any(host)
 
 
 def write_token(directory: Path) -> Path:
