@@ -15,48 +15,31 @@ os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 
 REPO = Path(__file__).resolve().parents[1]
 
-#: the test modules that take longest, longest first, as measured by the per-module summary this
-#: file prints (2 xdist workers on 2 cores). ``make test`` runs each module whole on one worker
-#: (``--dist loadscope --no-loadscope-reorder``) and hands them out in collection order, so
-#: starting the longest ones first (longest-processing-time-first) keeps one worker from starting
-#: a 10-minute module while the other is nearly done. Every other module follows in its usual
-#: order. A module missing here only costs time, never a result.
-LONGEST_MODULES = (
-    "tests/cluster/test_slurm.py",
-    "tests/tuning/test_data_parallel.py",
-    "tests/tracking/test_mlflow.py",
-    "tests/compare/test_compare.py",
-    "tests/finalize/test_finalize.py",
-    "tests/tuning/test_search.py",
-    "tests/tuning/test_tune_shared_state.py",
-    "tests/adversarial/test_hostile_input.py",
-    "tests/adversarial/test_shared_state.py",
-    "tests/tracking/test_viewers.py",
-)
-
 
 def _module(nodeid: str) -> str:
     return nodeid.split("::", 1)[0]
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Longest modules first (see :data:`LONGEST_MODULES`); a stable sort keeps each module's own order."""
-    rank = {module: index for index, module in enumerate(LONGEST_MODULES)}
-    items.sort(key=lambda item: rank.get(_module(item.nodeid), len(rank)))
-
-
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Print each module's time (set-up, call and tear-down of its tests) to keep LONGEST_MODULES current."""
+    """Print each module's time (set-up, call and tear-down of its tests).
+
+    ``make test`` runs each module whole on one xdist worker (``--dist loadscope``), so these are the
+    units the two workers share out: the figures to read before changing how they are scheduled.
+    """
     seconds: dict[str, float] = {}
+    worker_of: dict[str, str] = {}
     for reports in terminalreporter.stats.values():
         for report in reports:
             if isinstance(report, pytest.TestReport):
-                seconds[_module(report.nodeid)] = seconds.get(_module(report.nodeid), 0.0) + report.duration
+                module = _module(report.nodeid)
+                seconds[module] = seconds.get(module, 0.0) + report.duration
+                node = getattr(report, "node", None)  # set by pytest-xdist on the controller
+                worker_of[module] = node.gateway.id if node is not None else "-"
     if not seconds:
         return
-    terminalreporter.section("time per test module (longest first; tests/conftest.py:LONGEST_MODULES)")
+    terminalreporter.section("time per test module (longest first)")
     for module, total in sorted(seconds.items(), key=lambda kv: -kv[1])[:15]:
-        terminalreporter.write_line(f"{total:8.1f}s {module}")
+        terminalreporter.write_line(f"{total:8.1f}s {worker_of[module]:>4s} {module}")
 
 
 @pytest.fixture(scope="session")
