@@ -61,6 +61,10 @@ class Background:
         self._thread = threading.Thread(target=target, name=name, daemon=True)
         self._thread.start()
 
+    def running(self) -> bool:
+        """Whether the call has not returned (or raised) yet."""
+        return self._thread.is_alive()
+
     def result(self) -> object:
         """Wait for the call to end; its return value, or its error raised here."""
         self._thread.join()

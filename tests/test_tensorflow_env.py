@@ -62,3 +62,31 @@ def test_doctor_reports_what_tensorflow_decided_not_the_variable(setting: str) -
     )
     line = next(line for line in doctor.stdout.splitlines() if "oneDNN CPU kernels" in line)
     assert f"oneDNN CPU kernels: {decided} (TF_ENABLE_ONEDNN_OPTS={setting!r};" in line
+
+
+# what a trial process does: TensorFlow first; then (the driver's plots) matplotlib and scikit-learn
+LEAN = """
+import sys, threading
+from distmis.tensorflow_env import import_tensorflow
+seen = {}
+def other_thread():  # imports matplotlib while TensorFlow loads on the main thread
+    import matplotlib
+    seen["other"] = matplotlib.__name__
+thread = threading.Thread(target=other_thread)
+thread.start()
+import_tensorflow()
+thread.join()
+print("during", "sklearn" in sys.modules, seen.get("other"))
+import keras
+print("keras", keras.layers.Conv3D(2, 3)(keras.Input((8, 8, 8, 1))).shape)
+import matplotlib.pyplot, sklearn.base
+print("after", matplotlib.pyplot.__name__, sklearn.base.__name__)
+"""
+
+
+def test_tensorflow_is_imported_without_keras_optional_packages_which_stay_importable() -> None:
+    # Keras imports scikit-learn and pyplot when installed (3.5 s of every worker's start on 2 cores)
+    out = subprocess.run([sys.executable, "-c", LEAN], capture_output=True, text=True, timeout=120, check=True)
+    assert "during False matplotlib" in out.stdout, out.stdout + out.stderr  # the other thread was not affected
+    assert "keras (None, 6, 6, 6, 2)" in out.stdout
+    assert "after matplotlib.pyplot sklearn.base" in out.stdout

@@ -34,6 +34,7 @@ from distmis.tracking import SearchTracker
 from distmis.tuning import (
     STOP_REQUESTED,
     TUNE_DIR,
+    RaySession,
     Timings,
     alive_nodes,
     build_tuner,
@@ -124,12 +125,12 @@ def run_finalize(
                 write_json_atomic(plan.out / PLAN_FILE, plan.as_json())
             with timings.phase("ray_start"):
                 env = {**tensorflow_env(), "PYTHONWARNINGS": "ignore::DeprecationWarning"}
-                cluster = session.enter_context(ray_session(address, env_vars=env))
-                _, concurrency = plan_concurrency(config, cluster, alive_nodes())
+                ray_here = session.enter_context(ray_session(address, env_vars=env))
+                _, concurrency = plan_concurrency(config, ray_here.resources, alive_nodes())
             with timings.phase("tracking_start"):
                 tracker = start_finalize_tracking(plan, config, tracking_uri)
         try:
-            return _finalize(plan, config, tracker, timings, concurrency, verbose)
+            return _finalize(plan, config, tracker, ray_here, timings, concurrency, verbose)
         except KeyboardInterrupt:
             raise
         except BaseException as exc:
@@ -171,6 +172,7 @@ def _finalize(
     plan: FinalizePlan,
     config: ExperimentConfig,
     tracker: SearchTracker,
+    ray_here: RaySession,
     timings: Timings,
     concurrency: int,
     verbose: int,
@@ -190,7 +192,7 @@ def _finalize(
     grid = None
     if not STOP_REQUESTED.is_set():
         with timings.phase("trials"):
-            grid = fit_quietly(tuner, plan.out / "tune.log", verbose=verbose)
+            grid = fit_quietly(tuner, plan.out / "tune.log", verbose=verbose, ray_here=ray_here)
     if grid is None or STOP_REQUESTED.is_set() or unfinished_trials(grid):
         tracker.channel.wait_empty(config.tracking.final_flush_seconds)  # the runs stay open for --resume
         print(f"distmis: finalize interrupted; continue it with: distmis finalize {plan.run} --resume", flush=True)

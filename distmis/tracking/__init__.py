@@ -2,7 +2,7 @@
 
 from distmis.tracking._callback import MlflowTrialCallback
 from distmis.tracking._mlflow import BACKOFF_MAX, PENDING_FILE, START_SECONDS, STATE_FILE, SearchTracker, flatten
-from distmis.tracking._plots import learning_curves, optuna_plots, search_plots
+from distmis.tracking._plots import import_plotting, learning_curves, optuna_plots, search_plots
 from distmis.tracking._uri import (
     default_tracking_uri,
     experiment_id,
@@ -22,6 +22,7 @@ __all__ = [
     "default_tracking_uri",
     "experiment_id",
     "flatten",
+    "import_plotting",
     "learning_curves",
     "mlflow_client",
     "optuna_plots",

@@ -1,7 +1,7 @@
 """Tuning: Ray Tune searches (Optuna TPE, random, grid; ASHA; resume) over the one trainable of every mode."""
 
 from distmis.tuning._interrupt import STOP_REQUESTED, stop_on_walltime_warning
-from distmis.tuning._phases import Timings, alive_nodes, ray_session, tune_environment
+from distmis.tuning._phases import RaySession, Timings, alive_nodes, ray_session, tune_environment
 from distmis.tuning._progress import LiveProgress
 from distmis.tuning._results import SearchSummary, TrialRow, max_overlap, trial_rows
 from distmis.tuning._resume import check_resume_config, check_resumed_choices
@@ -16,6 +16,7 @@ __all__ = [
     "STOP_REQUESTED",
     "stop_on_walltime_warning",
     "TUNE_DIR",
+    "RaySession",
     "Timings",
     "TrialRow",
     "alive_nodes",

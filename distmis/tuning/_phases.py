@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from distmis.files import write_json_atomic
+from distmis.waits import Background
 
 if TYPE_CHECKING:
     from distmis.config import ExperimentConfig
@@ -41,11 +42,53 @@ class Timings:
         write_json_atomic(path, {k: round(v, 3) for k, v in self.seconds.items()})
 
 
+class RaySession:
+    """The Ray a command runs on: its resources, and its end (see :func:`ray_session`)."""
+
+    def __init__(self, resources: dict[str, float], *, connected_here: bool) -> None:
+        self.resources = resources
+        self._connected_here = connected_here
+        self._ending: Background | None = None
+
+    def end_in_background(self, *, disconnect_within: float = 30.0) -> None:
+        """Stop the local Ray (or disconnect) on a thread; returns once this process is disconnected.
+
+        Why: ``ray.shutdown()`` first disconnects this process, which ends its forwarding of the
+        workers' output, then waits for a local Ray's processes to exit: 1.2 s here (Ray waits
+        up to 1 s for each kind of process on SIGTERM). Only the first part must come before
+        what follows the trials (results, plots, MLflow's flush: this process's own work), so
+        the workers' last lines still go where they went; the second runs beside it.
+        :meth:`close` waits for it. The wait for the disconnection is bounded: past it, the
+        search goes on and at most a few of Ray's lines reach the console.
+        """
+        if self._ending is not None or not self._connected_here:
+            return
+        import ray
+
+        self._ending = Background(self._end, name="distmis-ray-shutdown")
+        deadline = time.monotonic() + disconnect_within
+        while ray.is_initialized() and self._ending.running() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    def close(self) -> None:
+        """Stop (or wait for the stop started by :meth:`end_in_background`): Ray is gone when this returns."""
+        if self._ending is None and self._connected_here:
+            self._end()
+        elif self._ending is not None:
+            self._ending.result()
+
+    def _end(self) -> None:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+
+
 @contextlib.contextmanager
 def ray_session(
     address: str | None, *, env_vars: dict[str, str] | None = None, num_cpus: int | None = None
-) -> Iterator[dict[str, float]]:
-    """A private local Ray, or the cluster at ``address`` / ``RAY_ADDRESS``; yields its resources.
+) -> Iterator[RaySession]:
+    """A private local Ray, or the cluster at ``address`` / ``RAY_ADDRESS``; yields the session.
 
     Disconnects at the end when this call connected (a caller's own session is left alone); a
     local Ray it started stops with it.
@@ -56,12 +99,11 @@ def ray_session(
     import ray
 
     connected_here = not ray.is_initialized()
-    resources = init_ray(address, env_vars=env_vars, num_cpus=num_cpus)
+    session = RaySession(init_ray(address, env_vars=env_vars, num_cpus=num_cpus), connected_here=connected_here)
     try:
-        yield resources
+        yield session
     finally:
-        if connected_here and ray.is_initialized():
-            ray.shutdown()
+        session.close()
 
 
 def alive_nodes() -> list[dict[str, float]]:
@@ -97,4 +139,4 @@ def prepared_data(config: ExperimentConfig, base_dir: Path) -> Path:
     return prepared
 
 
-__all__ = ["Timings", "alive_nodes", "prepared_data", "ray_session", "search_inputs", "tune_environment"]
+__all__ = ["RaySession", "Timings", "alive_nodes", "prepared_data", "ray_session", "search_inputs", "tune_environment"]

@@ -34,9 +34,17 @@ from distmis.locks import reader_lock
 from distmis.preflight import preflight
 from distmis.raysession import probe_address
 from distmis.tensorflow_env import apply_tensorflow_env, tensorflow_env
-from distmis.tracking import SearchTracker
+from distmis.tracking import SearchTracker, import_plotting
 from distmis.tuning._interrupt import STOP_REQUESTED
-from distmis.tuning._phases import Timings, alive_nodes, prepared_data, ray_session, search_inputs, tune_environment
+from distmis.tuning._phases import (
+    RaySession,
+    Timings,
+    alive_nodes,
+    prepared_data,
+    ray_session,
+    search_inputs,
+    tune_environment,
+)
 from distmis.tuning._results import SearchSummary, summarise
 from distmis.tuning._resume import check_resume_config, check_resume_target
 from distmis.tuning._tracking import fail_search_tracking, finish_search_tracking, start_search_tracking
@@ -201,24 +209,29 @@ def run_search(
                 session.enter_context(reader_lock(prepared, option="data.source"))  # no prepare replaces it meanwhile
             with timings.phase("ray_and_tracking_start"):
                 # MLflow (its import, its database) on a thread while Ray starts its processes here
-                tracking = Background(
-                    lambda: start_search_tracking(config, plan.out, tracking_uri, plan.resume), name="distmis-tracking"
-                )
+                tracking = Background(lambda: _start_tracking(plan, tracking_uri), name="distmis-tracking")
                 try:
-                    cluster = session.enter_context(ray_session(address, env_vars=workers_env))
-                    per_trial, concurrency = plan_concurrency(config, cluster, alive_nodes())
+                    ray_here = session.enter_context(ray_session(address, env_vars=workers_env))
+                    per_trial, concurrency = plan_concurrency(config, ray_here.resources, alive_nodes())
                 except BaseException as exc:
                     _abandon(tracking, config, exc)
                     raise
                 tracker = cast(SearchTracker, tracking.result())
         try:
-            return _run_trials(plan, prepared, tracker, timings, per_trial, concurrency, verbose)
+            return _run_trials(plan, prepared, tracker, ray_here, timings, per_trial, concurrency, verbose)
         except KeyboardInterrupt:
             raise  # interrupted: the runs stay open for --resume
         except BaseException as exc:
             fail_search_tracking(tracker, config, f"{type(exc).__name__}: {exc}")
             raise
     raise AssertionError("unreachable")  # pragma: no cover - mypy: ExitStack may swallow exceptions
+
+
+def _start_tracking(plan: SearchPlan, tracking_uri: str | None) -> SearchTracker:
+    """The search's parent run; then the imports its plots will need, loaded while Ray still starts."""
+    tracker = start_search_tracking(plan.config, plan.out, tracking_uri, plan.resume)
+    import_plotting()
+    return tracker
 
 
 def _abandon(tracking: Background, config: ExperimentConfig, exc: BaseException) -> None:
@@ -234,6 +247,7 @@ def _run_trials(
     plan: SearchPlan,
     prepared: Path,
     tracker: SearchTracker,
+    ray_here: RaySession,
     timings: Timings,
     per_trial: dict[str, float],
     concurrency: int,
@@ -256,12 +270,17 @@ def _run_trials(
     grid: ResultGrid | None = None
     if not STOP_REQUESTED.is_set():  # the wall-time warning may come during start-up
         with timings.phase("trials"):
-            grid = fit_quietly(tuner, plan.out / "tune.log", verbose=verbose)
-    return _end(plan, prepared, tracker, timings, grid)
+            grid = fit_quietly(tuner, plan.out / "tune.log", verbose=verbose, ray_here=ray_here)
+    return _end(plan, prepared, tracker, ray_here, timings, grid)
 
 
 def _end(
-    plan: SearchPlan, prepared: Path, tracker: SearchTracker, timings: Timings, grid: ResultGrid | None
+    plan: SearchPlan,
+    prepared: Path,
+    tracker: SearchTracker,
+    ray_here: RaySession,
+    timings: Timings,
+    grid: ResultGrid | None,
 ) -> SearchSummary:
     """The one ending of a search: interrupted (before or during the trials) or run to its end."""
     config = plan.config
@@ -281,6 +300,7 @@ def _end(
             summary = summarise(
                 config, grid, plan.out, wall_seconds=_since(timings), prepared=prepared, started_at=timings.started
             )
+        ray_here.end_in_background()  # the rest is this process's own work: Ray stops meanwhile
         with timings.phase("plots_and_tracking_flush"):
             finish_search_tracking(tracker, config, plan.out, summary)
         summary.print()

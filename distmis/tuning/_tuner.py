@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
     from distmis.config import ExperimentConfig
     from distmis.tracking import SearchTracker
+    from distmis.tuning._phases import RaySession
     from distmis.tuning._trial import TrialContext
 
 TUNE_DIR = "tune"
@@ -168,16 +169,18 @@ def _callbacks(
     return callbacks
 
 
-def fit_quietly(tuner: Tuner, log: Path, *, verbose: int) -> ResultGrid:
-    """Run the trials; Ray's and TensorFlow's output goes to ``log``, the console gets the live view."""
+def fit_quietly(tuner: Tuner, log: Path, *, verbose: int, ray_here: RaySession) -> ResultGrid:
+    """Run the trials; Ray's and TensorFlow's output goes to ``log``, the console gets the live view.
+
+    Ray is no longer needed once they end (the results are read from disk from here on): it
+    starts to stop then (:meth:`RaySession.end_in_background`).
+    """
     with quiet_output(log, verbose=bool(verbose)) as log_path:
         grid = tuner.fit()
         if log_path is not None:
             # Ray forwards the trials' last lines to this process a moment later: disconnect
-            # while they still go to the log (the results are read from disk from here on)
-            import ray
-
-            ray.shutdown()
+            # while they still go to the log
+            ray_here.end_in_background()
     if log_path is not None:
         print(f"distmis: Ray Tune's and the trials' output: {log_path}", flush=True)
     return grid
