@@ -118,3 +118,21 @@ def test_renamed_options_keep_the_old_spelling_for_a_release(
     for ray_command in ("predict", "evaluate"):  # the Ray meaning stays
         assert main([ray_command, "--help"]) == 0
         assert "--workers" in capsys.readouterr().out
+
+
+def test_the_command_ends_with_mains_exit_code_and_all_its_output(tmp_path: Path) -> None:
+    # the command skips the interpreter's teardown at exit: what it printed to a pipe (block
+    # buffered) must still arrive whole, and its exit code must be main()'s
+    space = tmp_path / "space.yaml"
+    space.write_text("name: s\nspace:\n  lr: {loguniform: [1.0e-4, 1.0e-2]}\n  amsgrad: {choice: [true, false]}\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # stdout is then block buffered
+    ok = subprocess.run(
+        [sys.executable, "-m", "distmis", "validate", str(space)], capture_output=True, text=True, env=env
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.rstrip().endswith(f"{space}: valid"), ok.stdout[-300:]
+    bad = subprocess.run(
+        [sys.executable, "-m", "distmis", "validate", str(tmp_path / "none.yaml")], capture_output=True, text=True
+    )
+    assert bad.returncode == 2
+    assert bad.stderr.startswith("distmis: error:") and "none.yaml" in bad.stderr
