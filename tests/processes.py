@@ -10,6 +10,10 @@ processes of one search are the descendants of the process the test started. Rea
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -55,3 +59,35 @@ def processes_under(roots: int | list[int], *prefixes: bytes) -> list[int]:
         if cmd.startswith(prefixes):
             pids.append(pid)
     return pids
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead and not yet reaped, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def stop_tree(pids: set[int], timeout: float = 30.0) -> None:
+    """SIGKILL ``pids`` and every process still below them; return once none of them runs.
+
+    Why: Ray 2.60 starts each worker in a process group of its own, so stopping a killed
+    driver's group leaves its trial workers running until they notice that their raylet is gone.
+    A clean-clone CI failed where a test compares a killed ``finalize``'s directory byte for byte
+    (which file changed went unseen: pytest's diff of the bytes ran past the timeout); such
+    workers are the one writer left there. Take ``pids`` (:func:`descendants`) before the kill:
+    afterwards the orphans belong to init.
+
+    Raises:
+        AssertionError: a process still runs ``timeout`` seconds after SIGKILL.
+    """
+    every = set(pids) | descendants(*pids)
+    for pid in every:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while running := sorted(pid for pid in every if _alive(pid)):
+        assert time.monotonic() < deadline, f"processes {running} still run {timeout:.0f} s after SIGKILL"
+        time.sleep(0.1)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from processes import processes_under
+from processes import descendants, processes_under, stop_tree
 from raycluster import RayHead, clean_env, stop_group
 
 from distmis.config import ExperimentConfig, load_config
@@ -164,6 +164,7 @@ def test_resume_after_kill_9(prepared16: Path, tmp_path: Path) -> None:
     log = open(tmp_path / "first.log", "w")
     proc = _distmis("tune", str(path), "--out", str(out), env=env, stdout=log, stderr=subprocess.STDOUT)
     finished: dict[str, float] = {}
+    tree: set[int] = set()
     deadline = time.monotonic() + 240
     try:
         # wait until one trial has finished all its epochs and a later one has started
@@ -175,10 +176,12 @@ def test_resume_after_kill_9(prepared16: Path, tmp_path: Path) -> None:
                 break
             time.sleep(0.3)
         assert finished, f"no trial finished in time; see {log.name}"
+        tree = descendants(proc.pid)
         os.kill(proc.pid, signal.SIGKILL)  # the driver dies without any cleanup
         proc.wait(timeout=30)
     finally:
         stop_group(proc, timeout=5)  # then the orphaned local Ray of that driver
+        stop_tree(tree)  # and its workers, each in a process group of its own
         log.close()
 
     # without --resume: refused, nothing overwritten
