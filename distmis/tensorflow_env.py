@@ -106,29 +106,34 @@ def _without(names: Sequence[str]) -> Iterator[None]:
 
 def import_tensorflow() -> Any:
     """Import TensorFlow in distmis's environment, without Keras's optional integrations
-    (:data:`KERAS_OPTIONAL`); returns the module.
-
-    Without an explicit ``TF_CPP_MIN_LOG_LEVEL`` of 0, the import-time oneDNN banner is dropped:
-    file descriptor 2 is captured while TensorFlow loads, and every other line is written back.
-    Hand-written because the banner is printed by C++ code before any logging setting applies.
-    """
+    (:data:`KERAS_OPTIONAL`) and its import banner (:func:`_import_banners_dropped`); returns the module."""
     apply_tensorflow_env()
     if "tensorflow" in sys.modules:
         import tensorflow
 
         return tensorflow
-    if os.environ["TF_CPP_MIN_LOG_LEVEL"] == "0":
-        with _without(KERAS_OPTIONAL):
-            import tensorflow
+    with _without(KERAS_OPTIONAL), _import_banners_dropped():
+        import tensorflow
 
-        return tensorflow
+    return tensorflow
+
+
+@contextlib.contextmanager
+def _import_banners_dropped() -> Iterator[None]:
+    """Without an explicit ``TF_CPP_MIN_LOG_LEVEL`` of 0, the import-time oneDNN banner is dropped:
+    file descriptor 2 is captured inside the block, and every other line is written back.
+
+    Hand-written because the banner is printed by C++ code before any logging setting applies.
+    """
+    if os.environ["TF_CPP_MIN_LOG_LEVEL"] == "0":
+        yield
+        return
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile() as captured:
         os.dup2(captured.fileno(), 2)
         try:
-            with _without(KERAS_OPTIONAL):
-                import tensorflow
+            yield
         finally:
             os.dup2(saved, 2)
             os.close(saved)
@@ -137,4 +142,3 @@ def import_tensorflow() -> Any:
                 if not any(banner in line for banner in _IMPORT_BANNERS):
                     sys.stderr.write(line)
             sys.stderr.flush()
-    return tensorflow
