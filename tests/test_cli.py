@@ -136,3 +136,25 @@ def test_the_command_ends_with_mains_exit_code_and_all_its_output(tmp_path: Path
     )
     assert bad.returncode == 2
     assert bad.stderr.startswith("distmis: error:") and "none.yaml" in bad.stderr
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly_as_sigpipe_would(tmp_path: Path) -> None:
+    # `distmis validate x.yaml | head -1`: the reader is gone before the command writes (its end
+    # of the pipe is closed first), so every write fails; no traceback, the shell's SIGPIPE code
+    space = tmp_path / "space.yaml"
+    space.write_text("name: s\nspace:\n  lr: {loguniform: [1.0e-4, 1.0e-2]}\n")
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "distmis", "validate", str(space)],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(write_end)
+    assert done.returncode == 141, done.stderr
+    assert done.stderr == "", done.stderr
+    assert space.read_text().startswith("name: s")

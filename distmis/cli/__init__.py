@@ -13,6 +13,7 @@ import atexit
 import contextlib
 import importlib
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -124,8 +125,25 @@ def entrypoint() -> None:
     """
     code: list[int] = []
     atexit.register(_exit_now, code)
-    code.append(main())
+    try:
+        code.append(main())
+    except BrokenPipeError:
+        code.append(_reader_gone())
     sys.exit(code[0])
+
+
+def _reader_gone() -> int:
+    """Standard output's reader went away (``distmis validate x.yaml | head -1``): end quietly.
+
+    Python ignores SIGPIPE, so a write to a closed pipe raises instead of ending the process
+    as it ends ``cat`` or ``git log``. What is still buffered goes to ``/dev/null`` (Python's
+    recipe in the :mod:`signal` docs), and the exit code is the one a shell reports for a
+    tool ended by SIGPIPE, so ``set -o pipefail`` still sees it.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    with contextlib.suppress(OSError, ValueError):  # stdout already closed or replaced
+        os.dup2(devnull, sys.stdout.fileno())
+    return 128 + signal.SIGPIPE
 
 
 def _exit_now(code: list[int]) -> None:

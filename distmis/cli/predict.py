@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from distmis.cli._inference import add_window_arguments, print_network_time, report_failures, window_options
 
 if TYPE_CHECKING:
-    from distmis.inference import CaseJob
+    from distmis.inference import CaseJob, PredictOptions
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -28,8 +28,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from distmis.cli._common import progress
-    from distmis.inference import plan_jobs, predict_cases, read_model_record
+    """Predict under an exclusive lock of ``--out`` (:func:`distmis.locks.sibling_lock`): two
+    predicts into one directory would leave it holding the cases of two models."""
+    from distmis.files import make_parents, remove_if_empty
+    from distmis.inference import plan_jobs, read_model_record
+    from distmis.locks import sibling_lock
 
     record = read_model_record(args.model)
     options = window_options(args)
@@ -41,6 +44,21 @@ def run(args: argparse.Namespace) -> int:
         f"resize {record.preprocessing['resize']}); {len(jobs)} case(s)"
     )
     out = Path(args.out)
+    parents = make_parents(out.parent if str(out.parent) else Path())  # the lock file lives beside --out
+    try:
+        with sibling_lock(out, command="predict", option="--out"):
+            # checked again now that it is ours: a predict that held it may have written meanwhile
+            jobs = plan_jobs(Path(args.input), out, model_dir=Path(args.model), overwrite=args.overwrite)
+            return _write_segmentations(args, options, out, jobs)
+    finally:
+        remove_if_empty(parents)  # only directories made for nothing: one holding segmentations stays
+
+
+def _write_segmentations(args: argparse.Namespace, options: PredictOptions, out: Path, jobs: list[CaseJob]) -> int:
+    """Predict every job into ``out`` (marked as distmis's first); the exit code (1 if a case failed)."""
+    from distmis.cli._common import progress
+    from distmis.inference import predict_cases
+
     created = _claim(out, jobs)
     try:
         with progress("predicting") as update:

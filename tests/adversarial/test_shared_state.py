@@ -10,6 +10,7 @@ their own: tests/tuning/test_tune_shared_state.py.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -261,6 +262,27 @@ def test_evaluating_a_split_needs_only_its_own_files(assets: Assets, tmp_path: P
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads((tmp_path / "ev" / "summary.json").read_text())["scored"] == len(info["splits"]["test"]["cases"])
+
+
+def test_a_predict_into_an_output_another_predict_holds_is_refused(assets: Assets, tmp_path: Path) -> None:
+    """Two predicts into one directory would leave it holding the cases of two models: while one
+    holds ``--out`` (its lock, held here by this test process), the other is refused, writing nothing;
+    once it is released, the same command runs and leaves no lock file behind."""
+    from distmis.locks import sibling_lock
+
+    ws = Workspace(tmp_path / "case", assets)
+    ws.dir.mkdir()
+    ws.model()
+    ws.raw("data")
+    argv = ["predict", "model", "data/imagesTs", "--out", "segs"]
+    with sibling_lock(ws.dir / "segs", command="predict", option="--out"):
+        check_case(
+            "predict_into_a_held_output", "shared state", ws, argv, f"in use by distmis predict (PID {os.getpid()}"
+        )
+    done = run_distmis(argv, cwd=ws.dir, env={"DISTMIS_DATA_HOME": str(tmp_path / "cache")})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert sorted(p.name for p in ws.dir.iterdir()) == ["data", "model", "segs"]
+    assert len(list((ws.dir / "segs").glob("*.nii.gz"))) == len(list((ws.dir / "data" / "imagesTs").glob("*.nii.gz")))
 
 
 def test_every_command_keeps_a_planted_password_out_of_its_output(assets: Assets, tmp_path: Path) -> None:
