@@ -21,7 +21,7 @@ from distmis.config import ExperimentConfig, load_config
 from distmis.data import cv_cases, fold_groups, load_manifest
 from distmis.exceptions import ConfigError, TuningError
 from distmis.files import marker_info
-from distmis.tuning import check_resumed_choices
+from distmis.tuning import TUNE_DIR, check_resumed_choices, check_tune_state
 
 PLAN_FILE = "finalize.json"
 #: what a new finalize does unless told otherwise (nnU-Net's 5 folds; the two best configurations)
@@ -119,6 +119,7 @@ def plan_finalize(
         data = json.loads(recorded.read_text(encoding="utf-8"))
         chosen = {**{k: data[k] for k in DEFAULTS if k != "top"}, "top": len(data["candidates"])}
         check_resumed_choices(recorded, given, chosen, _spell)
+        check_tune_state(out_dir / TUNE_DIR, command="the finalize")
     else:
         chosen = {k: DEFAULTS[k] if v is None else v for k, v in given.items()}
     top, folds, seed = int(chosen["top"]), int(chosen["folds"]), int(chosen["seed"])

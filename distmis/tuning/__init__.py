@@ -4,9 +4,10 @@ from distmis.tuning._interrupt import STOP_REQUESTED, stop_on_walltime_warning
 from distmis.tuning._phases import RaySession, Timings, alive_nodes, ray_session, tune_environment
 from distmis.tuning._progress import LiveProgress
 from distmis.tuning._results import SearchSummary, TrialRow, max_overlap, trial_rows
-from distmis.tuning._resume import check_resume_config, check_resumed_choices
+from distmis.tuning._resume import check_resume_config, check_resumed_choices, check_tune_state
 from distmis.tuning._search import experiment_dir, plan_concurrency, run_search
 from distmis.tuning._searcher import OptunaSearcher, build_sampler
+from distmis.tuning._storage import tune_storage
 from distmis.tuning._tracking import fail_search_tracking
 from distmis.tuning._trial import TrialContext, trainable_for
 from distmis.tuning._tuner import TUNE_DIR, build_tuner, fit_quietly, trial_context, unfinished_trials
@@ -25,6 +26,7 @@ __all__ = [
     "fit_quietly",
     "ray_session",
     "trial_context",
+    "tune_storage",
     "trial_rows",
     "tune_environment",
     "unfinished_trials",
@@ -38,6 +40,7 @@ __all__ = [
     "build_sampler",
     "check_resume_config",
     "check_resumed_choices",
+    "check_tune_state",
     "experiment_dir",
     "max_overlap",
     "plan_concurrency",

@@ -11,10 +11,14 @@ a resume really applies may differ:
 
 Anything else is refused with the differing keys named. A comparison's mode directory, a
 comparison and a finalize are refused too, naming the command that continues them.
+
+Ray Tune's own state in ``tune/`` is checked too (:func:`check_tune_state`): Tune, given a state
+file it cannot read, logs "Failed to restore the run state" and starts the experiment over.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -49,6 +53,60 @@ def check_resume_target(out: Path, space_file: Path | None) -> None:
         )
     if info is not None and written_by != "distmis tune":
         raise TuningError(f"{out}: written by {written_by!r}, not by distmis tune; nothing to resume here")
+
+
+#: Ray Tune's state files in ``tune/`` (``<kind>-<session>``): a resume loads the newest of each
+#: kind by name. ``experiment_state`` is JSON; the others are pickles, whatever their suffix.
+TUNE_STATE_FILES = (
+    "experiment_state-*.json",
+    "tuner.pkl",
+    "basic-variant-state-*.json",
+    "search_gen_state-*.json",
+    "searcher-state-*.pkl",
+    "callback-states-*.pkl",
+)
+
+
+def check_tune_state(tune_dir: Path, *, command: str) -> None:
+    """Refuse a resume from Ray Tune state that Tune could not load, naming the file.
+
+    Tune would start a new, empty experiment in its place (after a log line nobody reads) and
+    spend the GPU-hours of the trials already done again. Each file is read, not executed: the
+    JSON parsed, a pickle's opcodes walked to its end (a truncated one has no end).
+
+    Raises:
+        TuningError: a state file is empty, truncated or not what its kind is.
+    """
+    import pickletools
+
+    for pattern in TUNE_STATE_FILES:
+        found = sorted(tune_dir.glob(pattern))
+        if not found:
+            continue
+        newest = found[-1]
+        try:
+            data = newest.read_bytes()
+            if not data:
+                raise ValueError("it is empty")
+            if pattern.startswith("experiment_state"):
+                json.loads(data)
+            else:
+                try:
+                    for _ in pickletools.genops(data):
+                        pass
+                except ValueError:
+                    raise ValueError("it is truncated") from None
+        except json.JSONDecodeError as exc:
+            reason = f"it is not whole JSON: {exc.msg} at byte {exc.pos}"
+        except (OSError, ValueError) as exc:
+            reason = str(exc.strerror) if isinstance(exc, OSError) else str(exc)
+        else:
+            continue
+        raise TuningError(
+            f"{newest}: Ray Tune's saved state cannot be read ({reason}; a kill or a full disk while it was "
+            f"written), so --resume would start {command} over; its finished trials stay in "
+            f"{tune_dir.parent}; start again with another --out"
+        )
 
 
 def check_resume_config(out: Path, config: ExperimentConfig, space_file: Path | None, tracking_uri: str | None) -> None:
@@ -106,7 +164,14 @@ def differences(before: Any, after: Any, prefix: str = "") -> list[str]:
     return [] if before == after else [prefix or "<root>"]
 
 
-__all__ = ["MAY_CHANGE", "check_resume_config", "check_resume_target", "differences"]
+__all__ = [
+    "TUNE_STATE_FILES",
+    "check_tune_state",
+    "MAY_CHANGE",
+    "check_resume_config",
+    "check_resume_target",
+    "differences",
+]
 
 
 def check_resumed_choices(

@@ -46,7 +46,7 @@ from distmis.tuning._phases import (
     tune_environment,
 )
 from distmis.tuning._results import SearchSummary, summarise
-from distmis.tuning._resume import check_resume_config, check_resume_target
+from distmis.tuning._resume import check_resume_config, check_resume_target, check_tune_state
 from distmis.tuning._tracking import fail_search_tracking, finish_search_tracking, start_search_tracking
 from distmis.tuning._tuner import JOURNAL, TUNE_DIR, build_tuner, fit_quietly, trial_context, unfinished_trials
 from distmis.waits import Background
@@ -100,6 +100,7 @@ def check_search(
     resume = _resumes(out_dir, resume)
     if resume:
         check_resume_config(out_dir, config, given, tracking_uri)
+        check_tune_state(out_dir / TUNE_DIR, command="the search")
     return SearchPlan(config, out_dir, base_dir, given, resume)
 
 

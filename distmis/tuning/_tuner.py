@@ -111,13 +111,20 @@ def build_tuner(
     """A new Tuner, or on ``--resume`` the interrupted one restored (its searcher and trials included)."""
     from ray import tune
 
+    from distmis.tuning._storage import tune_storage
     from distmis.tuning._trial import trainable_for, trial_resources
 
     trainable = tune.with_resources(
         trainable_for(context), trial_resources(context.workers, context.cpus_per_worker, context.gpus_per_worker)
     )
     if resume:
-        return tune.Tuner.restore(str(out / TUNE_DIR), trainable, resume_unfinished=True, resume_errored=True)
+        return tune.Tuner.restore(
+            str(out / TUNE_DIR),
+            trainable,
+            resume_unfinished=True,
+            resume_errored=True,
+            storage_filesystem=tune_storage(),
+        )
     search_alg, param_space, num_samples = searcher(config, out, concurrency)
     return tune.Tuner(
         trainable,
@@ -134,6 +141,7 @@ def build_tuner(
         run_config=tune.RunConfig(
             name=TUNE_DIR,
             storage_path=str(out),
+            storage_filesystem=tune_storage(),  # whole files only: a kill never leaves a part of Tune's state
             failure_config=tune.FailureConfig(max_failures=config.search.max_failures),
             # every mode checkpoints through Tune every epoch (a group's chief writes the files)
             checkpoint_config=tune.CheckpointConfig(num_to_keep=2, checkpoint_frequency=1, checkpoint_at_end=True),

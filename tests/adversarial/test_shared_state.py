@@ -60,6 +60,27 @@ def resume_with_another_space_file(ws: Workspace):
 
 
 @case("state")
+def resume_from_tune_state_cut_short(ws: Workspace):
+    # a search killed while Ray Tune wrote its state: Tune alone would start the search over
+    space = ws.search("  lr: {loguniform: [1.0e-3, 1.0e-2]}\n")
+    run = _fake_search(ws, "run", space.read_text())
+    (run / "tune").mkdir()
+    (run / "tune" / "experiment_state-2026-11-01_10-00-00.json").write_text('{"trial_data": [["{\\"status')
+    return ["tune", str(space), "--out", "run", "--resume"], "experiment_state-2026-11-01_10-00-00.json"
+
+
+@case("state")
+def resume_from_an_empty_searcher_state(ws: Workspace):
+    # what a SIGKILL during Tune's copy of its state left in CI: an empty basic-variant-state
+    space = ws.search("  lr: {loguniform: [1.0e-3, 1.0e-2]}\n")
+    run = _fake_search(ws, "run", space.read_text())
+    (run / "tune").mkdir()
+    (run / "tune" / "experiment_state-2026-11-01_10-00-00.json").write_text('{"trial_data": []}')
+    (run / "tune" / "basic-variant-state-2026-11-01_10-00-00.json").write_bytes(b"")
+    return ["tune", str(space), "--out", "run", "--resume"], "basic-variant-state-2026-11-01_10-00-00.json: "
+
+
+@case("state")
 def resume_with_another_metric(ws: Workspace):
     original = ws.search("  lr: {loguniform: [1.0e-3, 1.0e-2]}\n", name="first.yaml")
     _fake_search(ws, "run", original.read_text())

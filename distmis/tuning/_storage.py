@@ -1,0 +1,149 @@
+"""Ray Tune's storage for a search: the local disk, where every file Tune copies in appears whole.
+
+Why not Tune's default: Ray Tune keeps its experiment state (``experiment_state-*.json``, the
+searcher's ``basic-variant-state-*.json`` or ``searcher-state-*.pkl``) in a staging directory
+under ``/tmp/ray`` and copies it into ``--out/tune`` every few seconds with pyarrow's
+``copy_files``, which writes each file in place. A finalize killed with SIGKILL during such a
+copy (seen in CI) left an empty ``basic-variant-state-*.json``; on ``--resume`` Tune could not
+load it, logged "Failed to restore the run state" and started a new, empty experiment instead,
+and the resumed finalize ended in a traceback. A SLURM job killed at its wall time, the OOM
+killer or a node failure can stop a search at the same moment.
+
+pyarrow lets a program give Tune its own filesystem (``RunConfig.storage_filesystem``, a
+:class:`pyarrow.fs.PyFileSystem`); this one is pyarrow's :class:`~pyarrow.fs.LocalFileSystem`
+with one difference: a file is written under a hidden temporary name beside its own and renamed
+over it when it is closed. A rename within a directory is atomic on POSIX filesystems, so a
+kill leaves the previous version of a file or the new one, never a part of it (a hidden
+``.*.partial`` file may stay behind; no Tune pattern matches it).
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import Any
+
+import pyarrow
+import pyarrow.fs as pafs
+
+#: how a temporary file is named: hidden, so no glob of Tune's (``experiment_state-*.json``) sees it
+PARTIAL_SUFFIX = ".partial"
+
+
+class _WholeFile:
+    """A binary file written under a temporary name and renamed to ``path`` when closed; a write
+    or close that fails (a full disk) removes the temporary file and leaves ``path`` as it was."""
+
+    def __init__(self, path: str) -> None:
+        self._path = Path(path)
+        self._partial = self._path.with_name(f".{self._path.name[:200]}.{secrets.token_hex(4)}{PARTIAL_SUFFIX}")
+        self._file = self._partial.open("wb")  # closed (and renamed) by close()
+        self._failed = False
+
+    def write(self, data: Any) -> int:
+        try:
+            return self._file.write(data)
+        except BaseException:
+            self._failed = True  # a full disk: the file under its name stays as it was
+            raise
+
+    def flush(self) -> None:
+        try:
+            self._file.flush()
+        except BaseException:
+            self._failed = True
+            raise
+
+    def tell(self) -> int:
+        return self._file.tell()
+
+    @property
+    def closed(self) -> bool:
+        return self._file.closed
+
+    def close(self) -> None:
+        if self._file.closed:
+            return
+        try:
+            self._file.close()
+        except BaseException:
+            self._failed = True
+            raise
+        finally:
+            if self._failed:
+                self._partial.unlink(missing_ok=True)
+        self._partial.replace(self._path)
+
+
+class WholeFileLocalHandler(pafs.FileSystemHandler):
+    """pyarrow's local filesystem, whose output streams replace a file only when complete."""
+
+    def __init__(self) -> None:
+        self._local = pafs.LocalFileSystem()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, WholeFileLocalHandler)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:
+        return hash(type(self))
+
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        return (WholeFileLocalHandler, ())  # sent to every trial process with Tune's storage context
+
+    def get_type_name(self) -> str:
+        return "distmis-whole-file-local"
+
+    def normalize_path(self, path: str) -> str:
+        return str(self._local.normalize_path(path))
+
+    def get_file_info(self, paths: list[str]) -> list[pafs.FileInfo]:
+        return list(self._local.get_file_info(paths))
+
+    def get_file_info_selector(self, selector: pafs.FileSelector) -> list[pafs.FileInfo]:
+        return list(self._local.get_file_info(selector))
+
+    def create_dir(self, path: str, recursive: bool) -> None:
+        self._local.create_dir(path, recursive=recursive)
+
+    def delete_dir(self, path: str) -> None:
+        self._local.delete_dir(path)
+
+    def delete_dir_contents(self, path: str, missing_dir_ok: bool = False) -> None:
+        self._local.delete_dir_contents(path, missing_dir_ok=missing_dir_ok)
+
+    def delete_root_dir_contents(self) -> None:
+        raise PermissionError("distmis never empties the root directory")
+
+    def delete_file(self, path: str) -> None:
+        self._local.delete_file(path)
+
+    def move(self, src: str, dest: str) -> None:
+        self._local.move(src, dest)
+
+    def copy_file(self, src: str, dest: str) -> None:
+        with self._local.open_input_stream(src) as source, self.open_output_stream(dest, None) as target:
+            while chunk := source.read(1 << 20):
+                target.write(chunk)
+
+    def open_input_stream(self, path: str) -> pyarrow.NativeFile:
+        return self._local.open_input_stream(path)
+
+    def open_input_file(self, path: str) -> pyarrow.NativeFile:
+        return self._local.open_input_file(path)
+
+    def open_output_stream(self, path: str, metadata: Any) -> pyarrow.NativeFile:
+        return pyarrow.PythonFile(_WholeFile(path), mode="w")
+
+    def open_append_stream(self, path: str, metadata: Any) -> pyarrow.NativeFile:
+        return self._local.open_append_stream(path, metadata=metadata)
+
+
+def tune_storage() -> pafs.FileSystem:
+    """The filesystem a search gives Ray Tune for ``--out/tune`` (see the module docstring)."""
+    return pafs.PyFileSystem(WholeFileLocalHandler())
+
+
+__all__ = ["PARTIAL_SUFFIX", "WholeFileLocalHandler", "tune_storage"]

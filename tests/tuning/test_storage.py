@@ -1,0 +1,54 @@
+"""Ray Tune's storage for a search writes whole files only (distmis.tuning._storage).
+
+A search or finalize killed while Tune copied its state into ``--out/tune`` left an empty
+``basic-variant-state-*.json``, and its ``--resume`` silently started a new experiment. Here a
+process is killed in the middle of writing a state file through that storage: the file under
+Tune's name is the old one, whole, and the new bytes are only in a hidden partial file.
+"""
+
+from __future__ import annotations
+
+import pickle
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.fs as pafs
+
+from distmis.tuning import tune_storage
+
+WRITER = """
+import os, signal, sys
+from distmis.tuning import tune_storage
+fs = tune_storage()
+stream = fs.open_output_stream(sys.argv[1])
+stream.write(b"new state, " * 100_000)
+stream.flush()
+os.kill(os.getpid(), signal.SIGKILL)  # as the OOM killer or a SLURM job's end would, mid-write
+"""
+
+
+def test_a_writer_killed_mid_file_leaves_the_old_file_whole(tmp_path: Path) -> None:
+    state = tmp_path / "experiment_state-2026.json"
+    state.write_bytes(b"old state")
+    done = subprocess.run([sys.executable, "-c", WRITER, str(state)], capture_output=True, timeout=120)
+    assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
+    assert state.read_bytes() == b"old state"
+    partial = [p for p in tmp_path.iterdir() if p != state]
+    assert len(partial) == 1 and partial[0].name.startswith(".") and partial[0].stat().st_size > 0
+    assert sorted(tmp_path.glob("experiment_state-*.json")) == [state]  # Tune's pattern sees only the whole file
+
+
+def test_tune_copies_a_directory_through_it_whole_and_sends_it_to_trials(tmp_path: Path) -> None:
+    source = tmp_path / "staging"
+    (source / "sub").mkdir(parents=True)
+    files = {f"sub/f{i}.bin": bytes(range(256)) * (4096 + i) for i in range(3)}
+    for name, data in files.items():
+        (source / name).write_bytes(data)
+    storage = pickle.loads(pickle.dumps(tune_storage()))  # as Ray sends it to each trial process
+    pafs.copy_files(str(source), str(tmp_path / "out"), destination_filesystem=storage)
+    assert {n: (tmp_path / "out" / n).read_bytes() for n in files} == files
+    assert sorted(p.name for p in (tmp_path / "out" / "sub").iterdir()) == sorted(Path(n).name for n in files)
+    storage.copy_file(str(source / "sub" / "f0.bin"), str(tmp_path / "copy.bin"))
+    assert (tmp_path / "copy.bin").read_bytes() == files["sub/f0.bin"]
