@@ -46,6 +46,13 @@ def use_private_token(address: str | None) -> None:
         AuthenticationTokenLoader.instance().reset_cache()
 
 
+#: Ray settings for a local Ray that distmis starts (not for a cluster it joins).
+#: ``prestart_worker_first_driver`` off: by default the raylet starts one idle worker per CPU
+#: when the first driver connects and ``ray.init`` waits for them (1.0-1.5 s on 2 cores),
+#: although a search's first trial needs a worker only once Tune has started, and starts one
+#: itself then. Measured with ``benchmarks/tune_overhead.py``: see the note of issue 24.
+LOCAL_RAY_SYSTEM_CONFIG: dict[str, Any] = {"prestart_worker_first_driver": False}
+
 #: how long distmis waits for an existing Ray cluster to answer before it says so (seconds); a
 #: stale RAY_ADDRESS otherwise left ``distmis tune`` waiting for minutes with only Ray's own
 #: "Failed to connect" line every 40 s
@@ -86,6 +93,7 @@ def init_ray(
             runtime_env=runtime_env,
             logging_level="warning",
             include_dashboard=include_dashboard,
+            _system_config=LOCAL_RAY_SYSTEM_CONFIG,
         )
     return ray.cluster_resources()
 
