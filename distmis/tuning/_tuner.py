@@ -111,13 +111,14 @@ def build_tuner(
     """A new Tuner, or on ``--resume`` the interrupted one restored (its searcher and trials included)."""
     from ray import tune
 
-    from distmis.tuning._storage import tune_storage
+    from distmis.tuning._storage import remove_partials, tune_storage
     from distmis.tuning._trial import trainable_for, trial_resources
 
     trainable = tune.with_resources(
         trainable_for(context), trial_resources(context.workers, context.cpus_per_worker, context.gpus_per_worker)
     )
     if resume:
+        remove_partials(out / TUNE_DIR)  # what a kill mid-write left; this command holds --out
         return tune.Tuner.restore(
             str(out / TUNE_DIR),
             trainable,

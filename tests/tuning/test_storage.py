@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 
-from distmis.tuning import tune_storage
+from distmis.tuning import partial_name, remove_partials, tune_storage
 
 WRITER = """
 import os, signal, sys
-from distmis.tuning import tune_storage
+from distmis.tuning import partial_name, remove_partials, tune_storage
 fs = tune_storage()
 stream = fs.open_output_stream(sys.argv[1])
 stream.write(b"new state, " * 100_000)
@@ -38,6 +38,34 @@ def test_a_writer_killed_mid_file_leaves_the_old_file_whole(tmp_path: Path) -> N
     partial = [p for p in tmp_path.iterdir() if p != state]
     assert len(partial) == 1 and partial[0].name.startswith(".") and partial[0].stat().st_size > 0
     assert sorted(tmp_path.glob("experiment_state-*.json")) == [state]  # Tune's pattern sees only the whole file
+    assert remove_partials(tmp_path) == partial  # what a --resume does first, holding --out
+    assert [p.name for p in tmp_path.iterdir()] == [state.name] and state.read_bytes() == b"old state"
+
+
+def test_only_the_storages_own_orphans_are_removed(tmp_path: Path) -> None:
+    tune = tmp_path / "tune"
+    deep = tune / "trial_0" / "checkpoint_000001"
+    deep.mkdir(parents=True)
+    orphans = [tune / partial_name("experiment_state-x.json"), deep / partial_name("state.npz")]
+    outside = tmp_path / "precious.nii.gz"
+    kept = {
+        tune / ".notes.partial": b"a user's",  # hidden and .partial, but no name the storage makes
+        tune / "state.0a1b2c3d.partial": b"not hidden",
+        deep / "state.npz": b"whole",
+        outside: b"scan",
+    }
+    for path in orphans:
+        path.write_bytes(b"cut sh")
+    for path, data in kept.items():
+        path.write_bytes(data)
+    link = tune / partial_name("link")
+    link.symlink_to(outside)  # named like an orphan: neither it nor what it points to is touched
+    named_dir = tune / partial_name("dir")
+    named_dir.mkdir()
+    assert sorted(remove_partials(tune)) == sorted(orphans)
+    assert not any(p.exists() for p in orphans)
+    assert {p: p.read_bytes() for p in kept} == kept
+    assert link.is_symlink() and named_dir.is_dir()
 
 
 def test_tune_copies_a_directory_through_it_whole_and_sends_it_to_trials(tmp_path: Path) -> None:
