@@ -9,6 +9,9 @@ the process.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 import threading
 from collections.abc import Callable
 from typing import TypeVar
@@ -41,6 +44,23 @@ def call_within(seconds: float, fn: Callable[[], T], *, name: str = "distmis-bou
     return result[0]
 
 
+def lower_this_threads_priority(nice: int) -> None:
+    """Give the calling thread (and threads it starts) the scheduling niceness ``nice``, unless it
+    already runs at a lower priority (Linux only).
+
+    Why: start-up work that can wait (MLflow's import while Ray starts its processes) then takes
+    only the CPU that Ray's own start leaves idle instead of slowing it down. On Linux the nice
+    value is a per-thread attribute (``man 7 sched``); elsewhere ``setpriority`` would apply to
+    the whole process (or to whatever process has that number), so nothing is done there. A
+    thread cannot raise its priority back without privileges: call this only on a thread that
+    ends with its task.
+    """
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError):
+            thread = threading.get_native_id()
+            os.setpriority(os.PRIO_PROCESS, thread, max(nice, os.getpriority(os.PRIO_PROCESS, thread)))  # never raised
+
+
 class Background:
     """``fn()`` started on a thread now, its result (or error) collected later with :meth:`result`.
 
@@ -48,11 +68,13 @@ class Background:
     processes) runs side by side instead of one after the other.
     """
 
-    def __init__(self, fn: Callable[[], T], *, name: str) -> None:
+    def __init__(self, fn: Callable[[], T], *, name: str, nice: int = 0) -> None:
         self._result: list[object] = []
         self._error: list[BaseException] = []
 
         def target() -> None:
+            if nice:
+                lower_this_threads_priority(nice)
             try:
                 self._result.append(fn())
             except BaseException as exc:  # noqa: BLE001 - handed to result()

@@ -1,6 +1,6 @@
 """Tracking: MLflow parent/child runs of a search, plots of its results."""
 
-from distmis.tracking._callback import MlflowTrialCallback
+from distmis.tracking._callback import MlflowTrialCallback, PlottingPreload
 from distmis.tracking._mlflow import BACKOFF_MAX, PENDING_FILE, START_SECONDS, STATE_FILE, SearchTracker, flatten
 from distmis.tracking._plots import import_plotting, learning_curves, optuna_plots, search_plots
 from distmis.tracking._uri import (
@@ -15,6 +15,7 @@ from distmis.tracking._uri import (
 __all__ = [
     "BACKOFF_MAX",
     "PENDING_FILE",
+    "PlottingPreload",
     "MlflowTrialCallback",
     "START_SECONDS",
     "STATE_FILE",

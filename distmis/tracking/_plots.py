@@ -130,10 +130,10 @@ def import_plotting() -> None:
     for :func:`search_plots` to raise, where the plots are drawn.
 
     Why: those imports took 2.1 s of the 2.9 s a search spent on its plots (2 cores), after the
-    last trial, while the user waits. A search calls this on its tracking thread while Ray
-    starts, when this process mostly waits on Ray's processes (measured over 6 tiny searches:
-    start-up as before, the plots 1.2 s). Called on the first trial's report instead, it made
-    the trials about 1 s slower, competing with them for the CPU.
+    last trial, while the user waits. :class:`~distmis.tracking.PlottingPreload` calls this on a
+    thread at Tune's first step, when a core is idle. (Earlier places, measured: on the tracking
+    thread while Ray starts, it competed with Ray's processes for the CPU and delayed the start
+    by 0.6-0.9 s; on the first trial's report, the trials ran about 1 s slower.)
     """
     with contextlib.suppress(Exception):
         import matplotlib

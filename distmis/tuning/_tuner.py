@@ -155,13 +155,14 @@ def build_tuner(
 def _callbacks(
     config: ExperimentConfig, context: TrialContext, tracker: SearchTracker, concurrency: int, verbose: int
 ) -> list[Any]:
-    from distmis.tracking import MlflowTrialCallback
+    from distmis.tracking import MlflowTrialCallback, PlottingPreload
     from distmis.tuning._interrupt import InterruptWatch
     from distmis.tuning._progress import LiveProgress
 
     callbacks: list[Any] = [
         MlflowTrialCallback(tracker, base_config=context.base_config, epochs=config.train.epochs),
         InterruptWatch(),
+        PlottingPreload(),
     ]
     if not verbose:
         s = config.search
