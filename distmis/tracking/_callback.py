@@ -134,6 +134,5 @@ class PlottingPreload(Callback):
             self._started = True
             from distmis.waits import Background
 
-            Background(
-                import_plotting, name="distmis-plotting-import", nice=10
-            )  # its errors surface where plots are drawn
+            # not waited for: an import error surfaces where the plots are drawn
+            Background(import_plotting, name="distmis-plotting-import", nice=10)
