@@ -77,7 +77,8 @@ class _WholeFile:
         finally:
             if self._failed:
                 self._partial.unlink(missing_ok=True)
-        self._partial.replace(self._path)
+        if not self._failed:  # after a failed write the caller closes too: the write's error is the one to see
+            self._partial.replace(self._path)
 
 
 class WholeFileLocalHandler(pafs.FileSystemHandler):

@@ -8,6 +8,7 @@ Tune's name is the old one, whole, and the new bytes are only in a hidden partia
 
 from __future__ import annotations
 
+import errno
 import pickle
 import signal
 import subprocess
@@ -15,6 +16,8 @@ import sys
 from pathlib import Path
 
 import pyarrow.fs as pafs
+import pytest
+from smalldisk import small_disk
 
 from distmis.tuning import partial_name, remove_partials, tune_storage
 
@@ -80,3 +83,14 @@ def test_tune_copies_a_directory_through_it_whole_and_sends_it_to_trials(tmp_pat
     assert sorted(p.name for p in (tmp_path / "out" / "sub").iterdir()) == sorted(Path(n).name for n in files)
     storage.copy_file(str(source / "sub" / "f0.bin"), str(tmp_path / "copy.bin"))
     assert (tmp_path / "copy.bin").read_bytes() == files["sub/f0.bin"]
+
+
+def test_a_write_that_meets_a_full_disk_reports_it_and_leaves_the_old_file(tmp_path: Path) -> None:
+    with small_disk(tmp_path / "disk", "64k") as disk:
+        state = disk / "experiment_state-2026.json"
+        state.write_bytes(b"old state")
+        with pytest.raises(OSError) as failed, tune_storage().open_output_stream(str(state)) as stream:
+            stream.write(b"new state, " * 20_000)
+        # the disk's error, not one from the clean-up after it (the close that follows the failed write)
+        assert failed.value.errno == errno.ENOSPC, failed.value
+        assert state.read_bytes() == b"old state" and [p.name for p in disk.iterdir()] == [state.name]
