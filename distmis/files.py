@@ -134,7 +134,7 @@ def _outside_temporaries(path: str | os.PathLike[str]) -> str:
     is shown), named by the directory that holds it and the file it was writing."""
     parts = Path(path).parts
     for i, part in enumerate(parts):
-        if part.startswith(".distmis-tmp-"):
+        if is_temporary(part):
             return f"{Path(*parts[:i])} (writing {parts[-1]})" if i else str(path)
     return str(path)
 
@@ -334,14 +334,26 @@ def remove_if_empty(directories: list[Path]) -> None:
             directory.rmdir()
 
 
-def _tmp_sibling(target: Path, *, directory: bool) -> Path:
+#: how every temporary sibling distmis writes before renaming it into place begins: hidden, and
+#: matched by no pattern of Ray Tune's or of distmis's own outputs
+TEMPORARY_PREFIX = ".distmis-tmp-"
+
+
+def is_temporary(name: str) -> bool:
+    """Whether ``name`` (one path component) is one of distmis's temporary siblings."""
+    return name.startswith(TEMPORARY_PREFIX)
+
+
+def temporary_sibling(target: Path, *, directory: bool = False) -> Path:
+    """A new, empty temporary file (or directory) beside ``target``, to be renamed over it when
+    complete; its permissions are those the umask gives, as for any file distmis writes."""
     # a short temporary name: a target name near the filesystem limit must still fit
     parent = target.parent if str(target.parent) else Path()
     if directory:
-        tmp = Path(tempfile.mkdtemp(prefix=".distmis-tmp-", dir=parent))
+        tmp = Path(tempfile.mkdtemp(prefix=TEMPORARY_PREFIX, dir=parent))
     else:
         suffix = "".join(target.suffixes[-2:])[:16] if target.suffixes else ""
-        fd, name = tempfile.mkstemp(prefix=".distmis-tmp-", suffix=suffix, dir=parent)
+        fd, name = tempfile.mkstemp(prefix=TEMPORARY_PREFIX, suffix=suffix, dir=parent)
         os.close(fd)
         tmp = Path(name)
     _as_umask_allows(tmp, directory=directory)
@@ -374,7 +386,7 @@ def atomic_directory(
                     held.enter_context(
                         output_lock(out / LOCK_FILE, command=command, option=option, busy_hint=_READERS_HINT)
                     )
-            tmp = _tmp_sibling(out, directory=True)
+            tmp = temporary_sibling(out, directory=True)
         except BaseException:
             remove_if_empty(parents)
             raise
@@ -403,7 +415,7 @@ def atomic_file(path: Path) -> Iterator[Path]:
     """Yield a temporary path beside ``path`` (same suffix); renamed to ``path`` if the block succeeds."""
     path = Path(path)
     parents = make_parents(path.parent if str(path.parent) else Path())
-    tmp = _tmp_sibling(path, directory=False)
+    tmp = temporary_sibling(path)
     try:
         yield tmp
         tmp.replace(path)
@@ -440,7 +452,7 @@ def write_secret(path: Path, text: str) -> None:
     """Write a secret (a token) readable by its owner only, atomically."""
     path = Path(path)
     make_parents(path.parent)
-    tmp = _tmp_sibling(path, directory=False)
+    tmp = temporary_sibling(path)
     try:
         tmp.chmod(0o600)
         tmp.write_text(text, encoding="utf-8")
@@ -520,6 +532,7 @@ def owned_output_directory(out: Path, *, command: str, option: str) -> Iterator[
 __all__ = [
     "MARKER",
     "SIGNATURE",
+    "TEMPORARY_PREFIX",
     "OutputClaim",
     "atomic_directory",
     "atomic_file",
@@ -529,11 +542,13 @@ __all__ = [
     "disk_failure",
     "file_signature",
     "input_problem",
+    "is_temporary",
     "make_parents",
     "marker_info",
     "owned_output_directory",
     "remove_if_empty",
     "replace_directory",
+    "temporary_sibling",
     "write_json_atomic",
     "write_marker",
     "write_secret",

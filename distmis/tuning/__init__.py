@@ -7,14 +7,13 @@ from distmis.tuning._results import SearchSummary, TrialRow, max_overlap, trial_
 from distmis.tuning._resume import check_resume_config, check_resumed_choices, check_tune_state
 from distmis.tuning._search import experiment_dir, plan_concurrency, run_search
 from distmis.tuning._searcher import OptunaSearcher, build_sampler
-from distmis.tuning._storage import PARTIAL_SUFFIX, partial_name, remove_partials, tune_storage
+from distmis.tuning._storage import remove_partials, tune_storage
 from distmis.tuning._tracking import fail_search_tracking
 from distmis.tuning._trial import TrialContext, trainable_for
 from distmis.tuning._tuner import TUNE_DIR, build_tuner, fit_quietly, trial_context, unfinished_trials
 from distmis.tuning._workers import TrialSession, TrialStart, WorkerGroup
 
 __all__ = [
-    "PARTIAL_SUFFIX",
     "STOP_REQUESTED",
     "stop_on_walltime_warning",
     "TUNE_DIR",
@@ -27,7 +26,6 @@ __all__ = [
     "fit_quietly",
     "ray_session",
     "trial_context",
-    "partial_name",
     "remove_partials",
     "tune_storage",
     "trial_rows",

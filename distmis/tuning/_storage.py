@@ -11,28 +11,24 @@ killer or a node failure can stop a search at the same moment.
 
 pyarrow lets a program give Tune its own filesystem (``RunConfig.storage_filesystem``, a
 :class:`pyarrow.fs.PyFileSystem`); this one is pyarrow's :class:`~pyarrow.fs.LocalFileSystem`
-with one difference: a file is written under a hidden temporary name beside its own and renamed
-over it when it is closed. A rename within a directory is atomic on POSIX filesystems, so a
-kill leaves the previous version of a file or the new one, never a part of it. The hidden
-``.*.partial`` file such a kill leaves behind matches no pattern of Tune's; a ``--resume``
-removes it (:func:`remove_partials`) before Tune reads the directory.
+with one difference: a file is written under a hidden temporary name beside its own (distmis's
+own temporary siblings, :func:`distmis.files.temporary_sibling`) and renamed over it when it is
+closed. A rename within a directory is atomic on POSIX filesystems, so a kill leaves the
+previous version of a file or the new one, never a part of it. The hidden ``.distmis-tmp-*``
+file such a kill leaves behind matches no pattern of Tune's; a ``--resume`` removes it
+(:func:`remove_partials`) before Tune reads the directory.
 """
 
 from __future__ import annotations
 
 import os
-import re
-import secrets
 from pathlib import Path
 from typing import Any
 
 import pyarrow
 import pyarrow.fs as pafs
 
-#: how a temporary file is named: hidden, so no glob of Tune's (``experiment_state-*.json``) sees it
-PARTIAL_SUFFIX = ".partial"
-#: the whole name of a temporary file of this storage, and nothing a user or Tune would name so
-_PARTIAL_NAME = re.compile(r"\..+\.[0-9a-f]{8}" + re.escape(PARTIAL_SUFFIX), re.DOTALL)
+from distmis.files import is_temporary, temporary_sibling
 
 
 class _WholeFile:
@@ -41,8 +37,12 @@ class _WholeFile:
 
     def __init__(self, path: str) -> None:
         self._path = Path(path)
-        self._partial = self._path.with_name(partial_name(self._path.name))
-        self._file = self._partial.open("wb")  # closed (and renamed) by close()
+        self._partial = temporary_sibling(self._path)
+        try:
+            self._file = self._partial.open("wb")  # closed (and renamed) by close()
+        except BaseException:
+            self._partial.unlink(missing_ok=True)
+            raise
         self._failed = False
 
     def write(self, data: Any) -> int:
@@ -147,24 +147,20 @@ class WholeFileLocalHandler(pafs.FileSystemHandler):
         return self._local.open_append_stream(path, metadata=metadata)
 
 
-def partial_name(name: str) -> str:
-    """The hidden temporary name a file called ``name`` is written under (unique per write)."""
-    return f".{name[:200]}.{secrets.token_hex(4)}{PARTIAL_SUFFIX}"
-
-
 def remove_partials(directory: Path) -> list[Path]:
     """Remove the temporary files that writes of this storage, killed midway, left under ``directory``.
 
-    Call only while holding the search's ``--out`` (its lock): no write of this storage is in
-    flight then, so every such file is an orphan. Only regular files whose whole name is one
-    :func:`partial_name` makes are touched; symbolic links are neither followed nor removed.
+    Call only while holding the search's ``--out`` (its lock): no write of distmis's is in flight
+    in it then, so every such file is an orphan. Only regular files named as distmis names its
+    temporary siblings (:func:`distmis.files.is_temporary`) are touched; symbolic links are
+    neither followed nor removed.
     Returns the files removed.
     """
     removed = []
     for root, _dirs, files in os.walk(directory):  # os.walk does not follow links to directories
         for name in files:
             path = Path(root) / name
-            if _PARTIAL_NAME.fullmatch(name) and not path.is_symlink() and path.is_file():
+            if is_temporary(name) and not path.is_symlink() and path.is_file():
                 path.unlink(missing_ok=True)
                 removed.append(path)
     return removed
@@ -175,4 +171,4 @@ def tune_storage() -> pafs.FileSystem:
     return pafs.PyFileSystem(WholeFileLocalHandler())
 
 
-__all__ = ["PARTIAL_SUFFIX", "WholeFileLocalHandler", "partial_name", "remove_partials", "tune_storage"]
+__all__ = ["WholeFileLocalHandler", "remove_partials", "tune_storage"]

@@ -17,9 +17,10 @@ from raycluster import RayHead, clean_env, stop_group
 
 from distmis.config import ExperimentConfig, load_config
 from distmis.data import load_manifest
+from distmis.files import TEMPORARY_PREFIX, temporary_sibling
 from distmis.space import grid_points
 from distmis.training import Trainer
-from distmis.tuning import PARTIAL_SUFFIX, partial_name, run_search
+from distmis.tuning import run_search
 
 pytestmark = pytest.mark.slow
 
@@ -194,7 +195,7 @@ def test_resume_after_kill_9(prepared16: Path, tmp_path: Path) -> None:
     )
     assert refused.returncode == 2 and "--resume" in refused.stderr
     # what a kill in the middle of one of Tune's writes leaves beside the state (see test_storage)
-    orphan = out / "tune" / partial_name("experiment_state-2026-11-25_00-00-00.json")
+    orphan = temporary_sibling(out / "tune" / "experiment_state-2026-11-25_00-00-00.json")
     orphan.write_bytes(b'{"cut sh')
 
     with open(tmp_path / "resume.log", "w") as log2:
@@ -207,7 +208,7 @@ def test_resume_after_kill_9(prepared16: Path, tmp_path: Path) -> None:
             stop_group(resumed, timeout=5)
     rows = read_results(out)
     assert len(rows) == 4 and all(r["status"] == "TERMINATED" and r["epochs"] == "3" for r in rows), rows
-    assert not orphan.exists() and not list((out / "tune").rglob(f"*{PARTIAL_SUFFIX}"))
+    assert not orphan.exists() and not list((out / "tune").rglob(f"{TEMPORARY_PREFIX}*"))
     for m, text in finished.items():  # finished trials were not re-run
         assert Path(m).read_text() == text
     for r in rows:  # no epoch lost or logged twice

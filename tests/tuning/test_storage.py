@@ -19,11 +19,12 @@ import pyarrow.fs as pafs
 import pytest
 from smalldisk import small_disk
 
-from distmis.tuning import partial_name, remove_partials, tune_storage
+from distmis.files import TEMPORARY_PREFIX, temporary_sibling
+from distmis.tuning import remove_partials, tune_storage
 
 WRITER = """
 import os, signal, sys
-from distmis.tuning import partial_name, remove_partials, tune_storage
+from distmis.tuning import tune_storage
 fs = tune_storage()
 stream = fs.open_output_stream(sys.argv[1])
 stream.write(b"new state, " * 100_000)
@@ -49,11 +50,11 @@ def test_only_the_storages_own_orphans_are_removed(tmp_path: Path) -> None:
     tune = tmp_path / "tune"
     deep = tune / "trial_0" / "checkpoint_000001"
     deep.mkdir(parents=True)
-    orphans = [tune / partial_name("experiment_state-x.json"), deep / partial_name("state.npz")]
+    orphans = [temporary_sibling(tune / "experiment_state-x.json"), temporary_sibling(deep / "state.npz")]
     outside = tmp_path / "precious.nii.gz"
     kept = {
-        tune / ".notes.partial": b"a user's",  # hidden and .partial, but no name the storage makes
-        tune / "state.0a1b2c3d.partial": b"not hidden",
+        tune / ".notes.partial": b"a user's",  # hidden, but not named as distmis names its temporaries
+        tune / TEMPORARY_PREFIX.lstrip("."): b"not hidden",
         deep / "state.npz": b"whole",
         outside: b"scan",
     }
@@ -61,10 +62,9 @@ def test_only_the_storages_own_orphans_are_removed(tmp_path: Path) -> None:
         path.write_bytes(b"cut sh")
     for path, data in kept.items():
         path.write_bytes(data)
-    link = tune / partial_name("link")
+    link = tune / f"{TEMPORARY_PREFIX}link"
     link.symlink_to(outside)  # named like an orphan: neither it nor what it points to is touched
-    named_dir = tune / partial_name("dir")
-    named_dir.mkdir()
+    named_dir = temporary_sibling(tune / "dir", directory=True)
     assert sorted(remove_partials(tune)) == sorted(orphans)
     assert not any(p.exists() for p in orphans)
     assert {p: p.read_bytes() for p in kept} == kept
