@@ -62,12 +62,10 @@ class CompareResult:
 def default_slots(cpus_per_worker: float, address: str | None) -> int:
     """Worker slots: the cluster's CPUs (or this machine's) / ``cpus_per_worker``."""
     if address or os.environ.get("RAY_ADDRESS"):
-        import ray
-
-        from distmis.raysession import init_ray
+        from distmis.raysession import init_ray, shutdown_ray
 
         cpus = init_ray(address).get("CPU", 1.0)
-        ray.shutdown()
+        shutdown_ray()
     else:
         cpus = float(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
     return max(1, int(math.floor(cpus / cpus_per_worker + 1e-9)))

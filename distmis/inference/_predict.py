@@ -311,7 +311,7 @@ def _predict_on_ray(
 ) -> list[CaseOutcome]:
     import ray
 
-    from distmis.raysession import init_ray
+    from distmis.raysession import init_ray, shutdown_ray
 
     started_here = not (address or os.environ.get("RAY_ADDRESS"))
     connected_here = not ray.is_initialized()  # leave a caller's own Ray session alone
@@ -340,5 +340,5 @@ def _predict_on_ray(
     for actor in actors:
         ray.kill(actor)
     if connected_here:
-        ray.shutdown()
+        shutdown_ray()
     return [by_id[j.case_id] for j in jobs]

@@ -54,9 +54,9 @@ class RaySession:
         """Stop the local Ray (or disconnect) on a thread; returns once this process is disconnected.
 
         Why: ``ray.shutdown()`` first disconnects this process, which ends its forwarding of the
-        workers' output, then waits for a local Ray's processes to exit: 1.2 s here (Ray waits
-        up to 1 s for each kind of process on SIGTERM). Only the first part must come before
-        what follows the trials (results, plots, MLflow's flush: this process's own work), so
+        workers' output, then waits for a local Ray's processes to exit (0.1 s here with
+        :func:`~distmis.raysession.shutdown_ray`; up to 1 s for each kind of process). Only the
+        first part must come before what follows the trials (results, plots, MLflow's flush: this process's own work), so
         the workers' last lines still go where they went; the second runs beside it.
         :meth:`close` waits for it. The wait for the disconnection is bounded: past it, the
         search goes on and at most a few of Ray's lines reach the console.
@@ -80,8 +80,10 @@ class RaySession:
     def _end(self) -> None:
         import ray
 
+        from distmis.raysession import shutdown_ray
+
         if ray.is_initialized():
-            ray.shutdown()
+            shutdown_ray()
 
 
 @contextlib.contextmanager

@@ -91,9 +91,9 @@ def read_results(out: Path) -> list[dict[str, str]]:
 @pytest.fixture(scope="module")
 def local_ray():
     yield
-    import ray
+    from distmis.raysession import shutdown_ray
 
-    ray.shutdown()
+    shutdown_ray()
 
 
 def test_search_completes_concurrently_and_beats_untrained(prepared16: Path, tmp_path: Path, local_ray: None) -> None:
@@ -338,6 +338,26 @@ def test_failed_trial_restarts_from_its_last_checkpoint(prepared16: Path, tmp_pa
     # the console shows the live view; the trials' own output is in tune.log
     text = (tmp_path / "search.log").read_text() + (out / "tune.log").read_text()
     assert f"trial {rows[0]['trial_id']} resumes from epoch" in text  # not from scratch
+
+
+def test_a_local_ray_stops_whole_and_its_autoscaler_monitor_is_killed_first(local_ray: None) -> None:
+    """``shutdown_ray`` kills a private Ray's autoscaler monitor before Ray's own shutdown, which
+    would give it a second to exit after the GCS it reports to is gone: the monitor is where
+    it is looked for in Ray's process table (Ray pinned at 2.60), and no process of that Ray is
+    left afterwards."""
+    import ray
+
+    from distmis.raysession import init_ray, local_monitor_processes, shutdown_ray
+
+    init_ray(None, num_cpus=1)
+    monitors = local_monitor_processes()
+    assert len(monitors) == 1, "Ray's process table has moved: shutdown_ray would wait on the monitor again"
+    table = ray._private.worker._global_node.all_processes
+    processes = [info.process for infos in table.values() for info in infos]
+    shutdown_ray()
+    assert not ray.is_initialized()
+    assert monitors[0].wait(timeout=30) == -signal.SIGKILL
+    assert [p.wait(timeout=30) is not None for p in processes] == [True] * len(processes)
 
 
 def test_configuration_failure_is_reported_once_not_retried(prepared16: Path, tmp_path: Path, local_ray: None) -> None:
