@@ -53,12 +53,27 @@ def lower_this_threads_priority(nice: int) -> None:
     value is a per-thread attribute (``man 7 sched``); elsewhere ``setpriority`` would apply to
     the whole process (or to whatever process has that number), so nothing is done there. A
     thread cannot raise its priority back without privileges: call this only on a thread that
-    ends with its task.
+    ends with its task (:func:`priority_lowered` tells a thread's long-lived helpers so).
     """
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError):
             thread = threading.get_native_id()
             os.setpriority(os.PRIO_PROCESS, thread, max(nice, os.getpriority(os.PRIO_PROCESS, thread)))  # never raised
+
+
+def priority_lowered() -> bool:
+    """Whether the calling thread runs at a lower priority than its process's main thread.
+
+    A thread inherits the niceness of the thread that starts it, and cannot raise it back
+    without privileges: a long-lived thread (MLflow's sender) started here would keep this
+    priority for the whole command, behind every trial. Its owner starts it from another thread.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:  # on Linux the process id names the main thread
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) > os.getpriority(os.PRIO_PROCESS, os.getpid())
+    except OSError:
+        return False
 
 
 class Background:
@@ -95,4 +110,4 @@ class Background:
         return self._result[0]
 
 
-__all__ = ["Background", "WaitExpired", "call_within"]
+__all__ = ["Background", "WaitExpired", "call_within", "lower_this_threads_priority", "priority_lowered"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -31,3 +32,24 @@ def test_a_background_call_runs_at_its_nice_value_and_the_rest_of_the_process_do
     assert lowered == max(10, main_before) and inner == [lowered]
     assert _own_nice() == main_before  # the caller keeps its priority
     assert Background(_own_nice, name="test-plain").result() == main_before
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the nice value is per thread on Linux only")
+def test_mlflows_sender_keeps_the_process_priority_when_the_run_was_opened_on_a_lowered_thread(tmp_path: Path) -> None:
+    """A search opens its MLflow run on a nice-10 thread while Ray starts; the sender that then
+    feeds MLflow for the whole search must not inherit that priority (behind every trial)."""
+    from mlflow.tracking import MlflowClient
+
+    from distmis.tracking import SearchTracker
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = SearchTracker(uri, "nice", tmp_path)
+    run_id = Background(
+        lambda: tracker.start(params={"lr": "0.001"}, tags={}, artifacts=[]), name="test-open", nice=10
+    ).result()
+    assert tracker.queue, "the lowered thread sent the parameters itself"
+    tracker.send()
+    assert tracker.channel.wait_empty(60)
+    senders = [t for t in threading.enumerate() if t.name == "distmis-mlflow-sender"]
+    assert senders and all(os.getpriority(os.PRIO_PROCESS, t.native_id or 0) == _own_nice() for t in senders)
+    assert MlflowClient(tracking_uri=uri).get_run(str(run_id)).data.params == {"lr": "0.001"}

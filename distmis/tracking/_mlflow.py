@@ -32,7 +32,7 @@ from distmis.exceptions import TrackingError
 from distmis.files import write_json_atomic
 from distmis.redact import redact, redact_uri
 from distmis.tracking._uri import experiment_id, mlflow_client
-from distmis.waits import call_within
+from distmis.waits import call_within, priority_lowered
 
 STATE_FILE = "mlflow.json"
 PENDING_FILE = "mlflow_pending.json"
@@ -128,10 +128,19 @@ class _Channel:
             self.queue.append(op)
             self.save()
         self.blocked_seconds += time.monotonic() - start
+        self.wake()
+
+    def wake(self) -> None:
+        """Start the sender if it is not running, and have it send what is queued now."""
         self._ensure_sender()
         self._wake.set()
 
     def _ensure_sender(self) -> None:
+        if priority_lowered():
+            # the sender would run at this thread's lowered priority for the whole search (a
+            # search's start opens its run on such a thread): the next call from a thread at
+            # the process's priority starts it; the operations wait, persisted, until then
+            return
         with self.lock:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._send_loop, name="distmis-mlflow-sender", daemon=True)
@@ -189,8 +198,7 @@ class _Channel:
         trials that ran during an outage, their models) is never abandoned half-way.
         """
         self._hurry.set()
-        self._ensure_sender()
-        self._wake.set()
+        self.wake()
         try:
             return self._wait_progress(seconds)
         finally:
@@ -218,8 +226,7 @@ class _Channel:
                     "operation(s)"
                 )
                 announced = now
-            self._ensure_sender()
-            self._wake.set()
+            self.wake()
             time.sleep(0.2)
 
     def run_id(self, key: str) -> str:
@@ -320,6 +327,10 @@ class SearchTracker:
     def flush(self) -> bool:
         """Deliver what is queued now, in this thread; ``True`` when the queue is empty."""
         return self.channel.flush()
+
+    def send(self) -> None:
+        """Start sending what is queued, in the background (from a thread at the process's priority)."""
+        self.channel.wake()
 
     # ------------------------------------------------------------------ the search
     def start(

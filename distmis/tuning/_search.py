@@ -220,6 +220,7 @@ def run_search(
                     _abandon(tracking, config, exc)
                     raise
                 tracker = cast(SearchTracker, tracking.result())
+                tracker.send()  # its sender starts here, at this thread's priority (waits.priority_lowered)
         try:
             return _run_trials(plan, prepared, tracker, ray_here, timings, per_trial, concurrency, verbose)
         except KeyboardInterrupt:
