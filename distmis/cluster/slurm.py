@@ -6,7 +6,8 @@ Node 0 of ``scontrol show hostnames`` is the head: it claims its port block (see
 directory on the shared filesystem (atomically), starts Ray, waits (bounded) until every node
 has joined *with every CPU and GPU it was given*, writes ``cluster.json`` and runs CMD with
 ``RAY_ADDRESS`` set. The other nodes claim their own block, poll for the ports file and the
-head's health (bounded), join, and leave when the head says the job is done.
+head's health (bounded), join (again, on a new block, if their Ray exits while the head is
+up), and leave when the head says the job is done.
 
 Wall time: the job script turns SLURM's warning signal into a ``stop-requested`` file in the
 job directory (a signal sent through ``srun`` would reach every process of the step, Ray's
@@ -52,6 +53,8 @@ DONE_FILE = "ray-done"
 CLUSTER_FILE = "cluster.json"
 STOP_FILE = "stop-requested"
 NODES_DIR = "nodes"
+#: how many times a worker node whose Ray exits while the head is up joins again
+RAY_RESTARTS = 3
 
 
 def log(msg: str) -> None:
@@ -371,17 +374,22 @@ class Bootstrap:
         assert ports is not None
         address = f"{ports['head_ip']}:{ports['gcs']}"
         wait_until(lambda: healthy(address, self.env), f"the Ray head {ports['head']} at {address}", self.timeout)
-        block = self._claim_ports()
-        self._start_ray([f"--address={address}", *ray_start_arguments(block, head=False)])
-        write_json_atomic(self.job_dir / NODES_DIR / f"{self.nodename}.json", self._node_record())
+        self._join(address)
         # stay until the head says this run is done, or the head is gone for good
         last_ok = time.monotonic()
+        restarts = 0
         while not self._done():
-            if self.ray_proc is not None and self.ray_proc.poll() is not None:
-                raise ClusterError(
-                    f"Ray on {self.nodename} exited with {self.ray_proc.returncode}; see "
-                    f"{self.job_dir / f'ray-{self.nodename}.log'}"
-                )
+            if self.ray_proc is not None and self.ray_proc.poll() is not None and not self._done():
+                code = self.ray_proc.returncode
+                if restarts >= RAY_RESTARTS or not healthy(address, self.env):
+                    raise ClusterError(
+                        f"Ray on {self.nodename} exited with {code}"
+                        f"{f' after {restarts} restart(s)' if restarts else ''}; see "
+                        f"{self.job_dir / f'ray-{self.nodename}.log'}"
+                    )
+                restarts += 1
+                log(f"Ray on {self.nodename} exited with {code}: joining again ({restarts} of {RAY_RESTARTS})")
+                self._join(address, again=True)
             if healthy(address, self.env):
                 last_ok = time.monotonic()
             elif time.monotonic() - last_ok > 60:
@@ -389,6 +397,24 @@ class Bootstrap:
                 break
             time.sleep(2)
         return 0
+
+    def _join(self, address: str, *, again: bool = False) -> None:
+        """Start this node's Ray on a port block of its own and join the head at ``address``.
+
+        ``again``: the node's Ray exited (its raylet died, or a port of its block was taken
+        between the claim and the start): what is left of it is stopped and it joins on
+        another block (the old one is held until the new one is claimed, so it is not drawn
+        again), instead of leaving the job one node short for the rest of its wall time.
+        """
+        old_claim = None
+        if again:
+            if self.ray_proc is not None:
+                stop_process_group(self.ray_proc, graceful=False)
+            old_claim, self._claim = self._claim, None
+        block = self._claim_ports()
+        release_block(old_claim)
+        self._start_ray([f"--address={address}", *ray_start_arguments(block, head=False)])
+        write_json_atomic(self.job_dir / NODES_DIR / f"{self.nodename}.json", self._node_record())
 
     def _done(self) -> bool:
         try:

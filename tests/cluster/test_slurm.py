@@ -212,6 +212,45 @@ def test_worker_that_never_comes_up_fails_the_job_in_bounded_time(slurm: SlurmCl
     wait_gone(job)
 
 
+REJOIN = """
+import os, signal, sys, time
+from pathlib import Path
+import ray
+
+ray.init()
+def workers():
+    return [n for n in ray.nodes() if n["Alive"] and n["NodeManagerAddress"] == "127.0.0.12"]
+(first,) = workers()  # the head waited for it
+marker = f"dm-{os.environ['SLURM_JOB_ID']}-1"
+for entry in Path("/proc").iterdir():  # the second node's raylet (all nodes share this host)
+    try:
+        argv = (entry / "cmdline").read_bytes().split(b"\\0")
+    except OSError:
+        continue
+    if argv[0].endswith(b"/raylet") and any(marker.encode() in a for a in argv):
+        os.kill(int(entry.name), signal.SIGKILL)
+        print("KILLED", entry.name, flush=True)
+deadline = time.monotonic() + 150
+while not any(n["NodeID"] != first["NodeID"] for n in workers()):
+    assert time.monotonic() < deadline, f"node 127.0.0.12 did not join again: {ray.nodes()}"
+    time.sleep(0.5)
+print("REJOINED", flush=True)
+"""
+
+
+def test_a_worker_node_whose_ray_dies_joins_again(slurm: SlurmCluster, tmp_path: Path) -> None:
+    """A worker node's raylet killed mid-job: its bootstrap starts Ray again on a new port block
+    and the node is back in the cluster, instead of the job running one node short."""
+    command = tmp_path / "rejoin.py"
+    command.write_text(REJOIN)
+    job = slurm.sbatch(write_script(tmp_path, [sys.executable, str(command)], cpus=1))
+    assert slurm.wait_job(job, timeout=300) == ("COMPLETED", "0:0"), job_log(tmp_path, job)[-3000:]
+    log = job_log(tmp_path, job)
+    assert "KILLED" in log and "REJOINED" in log
+    assert "Ray on n2 exited with" in log and "joining again (1 of 3)" in log
+    wait_gone(job)
+
+
 PROBE = (
     "import json, os, ray; ray.init(); alive = [n for n in ray.nodes() if n['Alive']]; "
     "print('CLUSTER', json.dumps({'nodes': len(alive), 'cpus': ray.cluster_resources().get('CPU')}))"
