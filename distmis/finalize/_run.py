@@ -41,7 +41,7 @@ from distmis.tuning import (
     fail_search_tracking,
     fit_quietly,
     plan_concurrency,
-    ray_session,
+    start_ray_and_tracking,
     trial_context,
     trial_rows,
     tune_environment,
@@ -123,12 +123,15 @@ def run_finalize(
         with claim.setting_up():
             if not plan.resume:
                 write_json_atomic(plan.out / PLAN_FILE, plan.as_json())
-            with timings.phase("ray_start"):
-                env = {**tensorflow_env(), "PYTHONWARNINGS": "ignore::DeprecationWarning"}
-                ray_here = session.enter_context(ray_session(address, env_vars=env))
-                _, concurrency = plan_concurrency(config, ray_here.resources, alive_nodes())
-            with timings.phase("tracking_start"):
-                tracker = start_finalize_tracking(plan, config, tracking_uri)
+            with timings.phase("ray_and_tracking_start"):
+                ray_here, tracker, (_, concurrency) = start_ray_and_tracking(
+                    session,
+                    address,
+                    env_vars={**tensorflow_env(), "PYTHONWARNINGS": "ignore::DeprecationWarning"},
+                    open_tracking=lambda: start_finalize_tracking(plan, config, tracking_uri),
+                    config=config,
+                    check=lambda ray: plan_concurrency(config, ray.resources, alive_nodes()),
+                )
         try:
             return _finalize(plan, config, tracker, ray_here, timings, concurrency, verbose)
         except KeyboardInterrupt:

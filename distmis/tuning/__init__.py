@@ -1,7 +1,14 @@
 """Tuning: Ray Tune searches (Optuna TPE, random, grid; ASHA; resume) over the one trainable of every mode."""
 
 from distmis.tuning._interrupt import STOP_REQUESTED, stop_on_walltime_warning
-from distmis.tuning._phases import RaySession, Timings, alive_nodes, ray_session, tune_environment
+from distmis.tuning._phases import (
+    RaySession,
+    Timings,
+    alive_nodes,
+    ray_session,
+    start_ray_and_tracking,
+    tune_environment,
+)
 from distmis.tuning._progress import LiveProgress
 from distmis.tuning._results import SearchSummary, TrialRow, max_overlap, trial_rows
 from distmis.tuning._resume import check_resume_config, check_resumed_choices, check_tune_state
@@ -25,6 +32,7 @@ __all__ = [
     "fail_search_tracking",
     "fit_quietly",
     "ray_session",
+    "start_ray_and_tracking",
     "trial_context",
     "remove_partials",
     "tune_storage",

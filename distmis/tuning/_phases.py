@@ -11,15 +11,18 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from distmis.files import write_json_atomic
 from distmis.waits import Background
 
 if TYPE_CHECKING:
     from distmis.config import ExperimentConfig
+    from distmis.tracking import SearchTracker
+
+T = TypeVar("T")
 
 
 class Timings:
@@ -108,6 +111,46 @@ def ray_session(
         session.close()
 
 
+def start_ray_and_tracking(
+    session: contextlib.ExitStack,
+    address: str | None,
+    *,
+    env_vars: dict[str, str],
+    open_tracking: Callable[[], SearchTracker],
+    config: ExperimentConfig,
+    check: Callable[[RaySession], T],
+) -> tuple[RaySession, SearchTracker, T]:
+    """The Ray session (entered into ``session``) and the command's MLflow run, side by side.
+
+    MLflow's part (its import, its database) runs on a thread at nice 10 while Ray starts its
+    processes here: Ray's agents must be up before ``ray.init``'s 1 s poll for its node comes
+    round (measured: ray+tracking start 3.85 -> 3.05 s, median of 6). ``check`` runs on the
+    started Ray (do the trials fit?). A failure in Ray's start or in ``check`` closes the run
+    opened meanwhile as FAILED, with the reason, and is raised.
+    """
+    tracking = Background(open_tracking, name="distmis-tracking", nice=10)
+    try:
+        ray_here = session.enter_context(ray_session(address, env_vars=env_vars))
+        checked = check(ray_here)
+    except BaseException as exc:
+        _abandon(tracking, config, exc)
+        raise
+    tracker = cast("SearchTracker", tracking.result())
+    tracker.send()  # its sender starts here, at this thread's priority (waits.priority_lowered)
+    return ray_here, tracker, checked
+
+
+def _abandon(tracking: Background, config: ExperimentConfig, exc: BaseException) -> None:
+    """Ray could not start: a run MLflow opened meanwhile is closed as FAILED with the reason."""
+    from distmis.tuning._tracking import fail_search_tracking
+
+    try:
+        tracker = cast("SearchTracker", tracking.result())
+    except BaseException:  # noqa: BLE001 - the Ray error is the one to report
+        return
+    fail_search_tracking(tracker, config, f"{type(exc).__name__}: {exc}")
+
+
 def alive_nodes() -> list[dict[str, float]]:
     """The resources of every live node of the connected cluster."""
     import ray
@@ -141,4 +184,13 @@ def prepared_data(config: ExperimentConfig, base_dir: Path) -> Path:
     return prepared
 
 
-__all__ = ["RaySession", "Timings", "alive_nodes", "prepared_data", "ray_session", "search_inputs", "tune_environment"]
+__all__ = [
+    "RaySession",
+    "Timings",
+    "alive_nodes",
+    "prepared_data",
+    "ray_session",
+    "search_inputs",
+    "start_ray_and_tracking",
+    "tune_environment",
+]

@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from distmis.config import ExperimentConfig
 from distmis.exceptions import TuningError
@@ -41,15 +41,14 @@ from distmis.tuning._phases import (
     Timings,
     alive_nodes,
     prepared_data,
-    ray_session,
     search_inputs,
+    start_ray_and_tracking,
     tune_environment,
 )
 from distmis.tuning._results import SearchSummary, summarise
 from distmis.tuning._resume import check_resume_config, check_resume_target, check_tune_state
 from distmis.tuning._tracking import fail_search_tracking, finish_search_tracking, start_search_tracking
 from distmis.tuning._tuner import JOURNAL, TUNE_DIR, build_tuner, fit_quietly, trial_context, unfinished_trials
-from distmis.waits import Background
 
 if TYPE_CHECKING:
     from ray.tune import ResultGrid
@@ -209,18 +208,14 @@ def run_search(
                 prepared = prepared_data(config, plan.base_dir)
                 session.enter_context(reader_lock(prepared, option="data.source"))  # no prepare replaces it meanwhile
             with timings.phase("ray_and_tracking_start"):
-                # MLflow (its import, its database) on a thread while Ray starts its processes here,
-                # at a lower priority: Ray's agents must be up before ray.init's 1 s poll for its
-                # node comes round (measured: ray+tracking start 3.85 -> 3.05 s, median of 6)
-                tracking = Background(lambda: _start_tracking(plan, tracking_uri), name="distmis-tracking", nice=10)
-                try:
-                    ray_here = session.enter_context(ray_session(address, env_vars=workers_env))
-                    per_trial, concurrency = plan_concurrency(config, ray_here.resources, alive_nodes())
-                except BaseException as exc:
-                    _abandon(tracking, config, exc)
-                    raise
-                tracker = cast(SearchTracker, tracking.result())
-                tracker.send()  # its sender starts here, at this thread's priority (waits.priority_lowered)
+                ray_here, tracker, (per_trial, concurrency) = start_ray_and_tracking(
+                    session,
+                    address,
+                    env_vars=workers_env,
+                    open_tracking=lambda: _start_tracking(plan, tracking_uri),
+                    config=config,
+                    check=lambda ray: plan_concurrency(config, ray.resources, alive_nodes()),
+                )
         try:
             return _run_trials(plan, prepared, tracker, ray_here, timings, per_trial, concurrency, verbose)
         except KeyboardInterrupt:
@@ -234,15 +229,6 @@ def run_search(
 def _start_tracking(plan: SearchPlan, tracking_uri: str | None) -> SearchTracker:
     """The search's parent run (the plots' imports come later: :class:`~distmis.tracking.PlottingPreload`)."""
     return start_search_tracking(plan.config, plan.out, tracking_uri, plan.resume)
-
-
-def _abandon(tracking: Background, config: ExperimentConfig, exc: BaseException) -> None:
-    """Ray could not start: a parent run MLflow opened meanwhile is closed as FAILED with the reason."""
-    try:
-        tracker = cast(SearchTracker, tracking.result())
-    except BaseException:  # noqa: BLE001 - the Ray error is the one to report
-        return
-    fail_search_tracking(tracker, config, f"{type(exc).__name__}: {exc}")
 
 
 def _run_trials(
