@@ -12,6 +12,8 @@ from distmis.tensorflow_env import apply_tensorflow_env
 # the TensorFlow environment distmis's own processes run in, before any test module imports TensorFlow
 apply_tensorflow_env()
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+# as distmis.tracking.mlflow_client sets it, for the test modules that import mlflow first
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -36,8 +36,18 @@ def reattach_uri(recorded: str, cli: str | None, config_uri: str | None, out: Pa
 
 def mlflow_client(uri: str) -> Any:
     """An ``MlflowClient`` that does not print run URLs: MLflow writes "View run ... at <uri>"
-    to stdout on every run end, credentials in the URI included, and a search ends dozens."""
+    to stdout on every run end, credentials in the URI included, and a search ends dozens.
+
+    MLflow's usage telemetry is off unless the user turns it on (``MLFLOW_DISABLE_TELEMETRY=false``).
+    Why, beyond compute nodes that have no route out: MLflow 3 starts it at import with a
+    thread that fetches its configuration and, when that fails, removes a variable from
+    ``os.environ``. A request on another thread (the search's run, opened beside Ray's start)
+    that is reading ``os.environ`` for proxies at that moment fails with
+    ``KeyError: '_MLFLOW_TELEMETRY_SESSION_ID'``: seen here as "MLflow tracking store ... is
+    unreachable or unusable" at a search's start.
+    """
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # read when mlflow is imported
     # "Creating initial MLflow database tables..." on every new store: not for the console
     logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
     from mlflow.tracking import MlflowClient

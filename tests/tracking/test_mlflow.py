@@ -339,14 +339,51 @@ def test_hung_server_does_not_slow_the_search(
         tracker = SearchTracker(proxy.uri, "hung", out)
         assert tracker.channel.blocked_seconds < 1.0, tracker.channel.blocked_seconds
         assert (out / PENDING_FILE).exists()  # nothing lost: kept for --resume
-        err = capfd.readouterr().err
-        assert err.count("is unreachable") == 1  # one warning, not one per call
+        # one warning, not one per call; it comes when the sender's first call to the hung host
+        # times out (MLflow's 10 s and one retry), which a short search may outlast: waited for
+        err, deadline = capfd.readouterr().err, time.monotonic() + 120
+        while "is unreachable" not in err and time.monotonic() < deadline:
+            time.sleep(0.5)
+            err += capfd.readouterr().err
+        assert err.count("is unreachable") == 1
     finally:
         proxy.stop()
         server.stop()
         import ray
 
         ray.shutdown()
+
+
+#: what turns MLflow 3's telemetry off besides MLFLOW_DISABLE_TELEMETRY (mlflow.telemetry.utils)
+_TELEMETRY_SWITCHES = {
+    "MLFLOW_DISABLE_TELEMETRY", "DO_NOT_TRACK", "PYTEST_CURRENT_TEST", "GITHUB_ACTIONS", "CI", "CIRCLECI",
+    "GITLAB_CI", "JENKINS_URL", "TRAVIS", "TF_BUILD", "BITBUCKET_BUILD_NUMBER", "CODEBUILD_BUILD_ARN",
+    "BUILDKITE", "TEAMCITY_VERSION", "CLOUD_RUN_EXECUTION", "RUNBOT_HOST_URL", "RUNBOT_BUILD_NAME", "RUNBOT_WORKER_ID",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("setting", "off"), [(None, True), ("false", False)])
+def test_mlflows_telemetry_is_off_unless_the_user_turns_it_on(tmp_path: Path, setting: str | None, off: bool) -> None:
+    """MLflow's telemetry thread removes a variable from os.environ when its configuration
+    cannot be fetched, which breaks a request reading os.environ on another thread at that
+    moment: distmis's MLflow client has it off, unless the user's environment says otherwise."""
+    env = {k: v for k, v in clean_env().items() if k not in _TELEMETRY_SWITCHES}
+    if setting is not None:
+        env["MLFLOW_DISABLE_TELEMETRY"] = setting
+    code = (
+        "from distmis.tracking import mlflow_client; import sys; "
+        "mlflow_client(sys.argv[1]).search_experiments(); "
+        "from mlflow.telemetry.client import get_telemetry_client; print('TELEMETRY', get_telemetry_client() is None)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, f"sqlite:///{tmp_path / 'mlflow.db'}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"TELEMETRY {off}" in done.stdout
 
 
 def test_credentials_never_leave_the_uri(tmp_path: Path) -> None:
