@@ -65,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
                 metric=config.search.metric,
                 mode=config.search.mode,
             )
+            session.write_history()
         while not session.done:
             print(format_epoch(session.step(), config.train.epochs), flush=True)
     if session.best:

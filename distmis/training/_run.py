@@ -143,23 +143,31 @@ class RunSession:
         self._single_worker = strategy is None
         self._fields = base_fields() + class_metrics(self.trainer.score_names)
         self._unreported: list[dict[str, float]] = []
+        self._csv_matches_history = False
         if resume_from is not None:
             self.restore(resume_from)  # first: a checkpoint that does not fit changes nothing on disk
         if is_chief:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             dump_config(config, self.run_dir / "config.yaml")
-        if resume_from is None:
-            self._rewrite_csv()
 
-    def _rewrite_csv(self) -> None:
-        """Write metrics.csv from the history: after a restore, the CSV matches the checkpoint
-        exactly (a crash after a row but before its checkpoint leaves no duplicated epoch)."""
-        if not self.is_chief:
+    def write_history(self) -> None:
+        """Write metrics.csv from the history (restored, or empty): after a restore the CSV
+        matches the checkpoint exactly (a crash after a row but before its checkpoint leaves no
+        duplicated epoch).
+
+        Done by the first :meth:`step`, not when the session is set up. Why: Tune may set a
+        trial up on a new actor and then hand it to an actor of its own that came free (actor
+        reuse); the first actor's set-up still runs, and must not rewrite the CSV the other
+        one is appending to (seen: a finalize fold's metrics.csv left with its header only).
+        Only the actor Tune steps writes. ``fit`` and ``distmis train`` call it first.
+        """
+        if self._csv_matches_history or not self.is_chief:
             return
         with atomic_file(self.run_dir / METRICS_CSV) as tmp, open(tmp, "w", newline="") as fh:
             writer = csv.DictWriter(fh, fieldnames=self._fields, extrasaction="ignore")
             writer.writeheader()
             writer.writerows(self.history)
+        self._csv_matches_history = True
 
     @property
     def epoch(self) -> int:
@@ -207,7 +215,7 @@ class RunSession:
         self.best = state.get("best")
         reported = given_epoch if reported_epochs is None else reported_epochs
         self._unreported = [row for row in self.history if int(row["epoch"]) > reported]
-        self._rewrite_csv()
+        self._csv_matches_history = False  # rewritten by the next step (see write_history)
 
     def step(self) -> EpochMetrics:
         """Train one epoch, validate, and write the CSV row, best weights and checkpoint.
@@ -215,6 +223,7 @@ class RunSession:
         Epochs restored but never reported come first, one per call, without training; on a
         finished run it trains nothing and returns the last epoch's metrics again.
         """
+        self.write_history()
         if self._unreported:
             return EpochMetrics.from_dict(self._unreported.pop(0))
         if self.done and self.history:
@@ -291,6 +300,7 @@ def fit(
         is_chief=is_chief,
     )
     result = FitResult(run_dir=session.run_dir)
+    session.write_history()
     while not session.done:
         metrics = session.step()
         if log:

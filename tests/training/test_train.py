@@ -51,6 +51,23 @@ def test_resume_continues_from_checkpoint(prepared16: Path, tmp_path: Path) -> N
     assert float(rows[0]["loss"]) == pytest.approx(first.history[0]["loss"])  # kept from the first run
 
 
+def test_a_trial_set_up_on_an_actor_tune_then_abandons_does_not_touch_its_metrics(
+    prepared16: Path, tmp_path: Path
+) -> None:
+    """Tune may set a trial up on a new actor, then train it on an actor of its own that came
+    free (actor reuse). The first actor's set-up, still running, must not rewrite the metrics
+    the other one appends: only a session that steps writes metrics.csv."""
+    from distmis.training import RunSession
+
+    run = tmp_path / "trial"
+    trained = RunSession(_config(prepared16, epochs=2), prepared16, run)
+    trained.step()
+    RunSession(_config(prepared16, epochs=2), prepared16, run)  # the abandoned actor's set-up, late
+    trained.step()
+    rows = list(csv.DictReader(open(run / "metrics.csv")))
+    assert [int(r["epoch"]) for r in rows] == [1, 2]
+
+
 def test_cli_train_refuses_to_overwrite_and_resumes(
     prepared16: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
