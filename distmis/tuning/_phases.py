@@ -59,8 +59,9 @@ class RaySession:
         Why: ``ray.shutdown()`` first disconnects this process, which ends its forwarding of the
         workers' output, then waits for a local Ray's processes to exit (0.1 s here with
         :func:`~distmis.raysession.shutdown_ray`; up to 1 s for each kind of process). Only the
-        first part must come before what follows the trials (results, plots, MLflow's flush: this process's own work), so
-        the workers' last lines still go where they went; the second runs beside it.
+        first part must come before what follows the trials (results, plots, MLflow's flush:
+        this process's own work), so the workers' last lines still go where they went; the
+        second runs beside it.
         :meth:`close` waits for it. The wait for the disconnection is bounded: past it, the
         search goes on and at most a few of Ray's lines reach the console.
         """
@@ -141,7 +142,8 @@ def start_ray_and_tracking(
 
 
 def _abandon(tracking: Background, config: ExperimentConfig, exc: BaseException) -> None:
-    """Ray could not start: a run MLflow opened meanwhile is closed as FAILED with the reason."""
+    """Ray could not start, or the trials cannot run on it: a run MLflow opened meanwhile is
+    closed as FAILED with the reason."""
     from distmis.tuning._tracking import fail_search_tracking
 
     try:
