@@ -340,19 +340,27 @@ def test_failed_trial_restarts_from_its_last_checkpoint(prepared16: Path, tmp_pa
     assert f"trial {rows[0]['trial_id']} resumes from epoch" in text  # not from scratch
 
 
-def test_a_local_ray_stops_whole_and_its_autoscaler_monitor_is_killed_first(local_ray: None) -> None:
-    """``shutdown_ray`` kills a private Ray's autoscaler monitor before Ray's own shutdown, which
-    would give it a second to exit after the GCS it reports to is gone: the monitor is where
-    it is looked for in Ray's process table (Ray pinned at 2.60), and no process of that Ray is
-    left afterwards."""
+def test_a_private_local_ray_starts_without_an_api_server_and_stops_whole(local_ray: None) -> None:
+    """A private Ray starts without Ray's head API server (dashboard process), which ``ray.init``
+    would wait for, and runs work; Ray's method is restored afterwards. ``shutdown_ray`` kills
+    its autoscaler monitor before Ray's own shutdown, which would give it a second to exit after
+    the GCS it reports to is gone: the monitor is where it is looked for in Ray's process table
+    (Ray pinned at 2.60), and no process of that Ray is left afterwards."""
     import ray
+    from ray._private import ray_constants
+    from ray._private.node import Node
 
     from distmis.raysession import init_ray, local_monitor_processes, shutdown_ray
 
+    start_api_server = Node.__dict__["start_api_server"]  # where the patch goes (Ray pinned at 2.60)
     init_ray(None, num_cpus=1)
+    assert Node.__dict__["start_api_server"] is start_api_server
+    table = ray._private.worker._global_node.all_processes
+    assert ray_constants.PROCESS_TYPE_GCS_SERVER in table, "Ray's process table has moved"
+    assert ray_constants.PROCESS_TYPE_DASHBOARD not in table
+    assert ray.get(ray.remote(lambda: 6 * 7).remote(), timeout=120) == 42
     monitors = local_monitor_processes()
     assert len(monitors) == 1, "Ray's process table has moved: shutdown_ray would wait on the monitor again"
-    table = ray._private.worker._global_node.all_processes
     processes = [info.process for infos in table.values() for info in infos]
     shutdown_ray()
     assert not ray.is_initialized()
