@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from distmis.cluster import ports
-from distmis.cluster.processes import stop_process_group
+from distmis.cluster.processes import ray_start_env, stop_process_group
 
 VENV_BIN = Path(sys.executable).parent
 
@@ -131,7 +131,7 @@ class RayHead:
                 "--disable-usage-stats",
                 *([f"--resources={resources}"] if resources else []),
             ],
-            env=self.env,
+            env=ray_start_env(self.env),
             stdout=self.log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -178,7 +178,7 @@ class RayHead:
                 "--dashboard-agent-listen-port=0",
                 "--disable-usage-stats",
             ],
-            env=self.env,
+            env=ray_start_env(self.env),
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -10,7 +10,22 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Mapping
 from pathlib import Path
+
+#: Environment for a ``ray start --block`` that distmis starts (and then stops with SIGTERM).
+#: Ray 2.60's ``--block`` answers SIGTERM by draining its node first, for up to
+#: ``RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S`` (default 30 s), so that Ray Serve replicas can stop
+#: taking traffic; a head node never finishes draining, so every SLURM job's end waited out
+#: :func:`stop_process_group`'s 20 s grace and then SIGKILLed its head (measured: a job's
+#: command done at 11:10:13, the job ended at 11:10:35). distmis runs no Serve and stops Ray
+#: only once its search has ended or saved its state, so the drain is off unless the user set it.
+RAY_START_DEFAULTS: dict[str, str] = {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
+
+
+def ray_start_env(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` with :data:`RAY_START_DEFAULTS` added where ``env`` does not set them."""
+    return {**RAY_START_DEFAULTS, **env}
 
 
 def group_alive(pgid: int) -> bool:
@@ -29,24 +44,28 @@ def group_alive(pgid: int) -> bool:
 
 def stop_process_group(
     proc: subprocess.Popen, *, grace: float = 20.0, kill_wait: float = 10.0, graceful: bool = True
-) -> None:
-    """SIGTERM the group of ``proc`` (started with ``start_new_session``), SIGKILL after ``grace`` s.
+) -> signal.Signals | None:
+    """SIGTERM the group of ``proc`` (started with ``start_new_session``), SIGKILL after ``grace`` s;
+    returns the last signal sent (SIGKILL: it did not stop on SIGTERM), or None when it was gone.
 
     ``graceful=False`` sends SIGKILL at once (when the caller itself is about to be killed).
     """
     pgid = proc.pid
     steps = ((signal.SIGTERM, grace), (signal.SIGKILL, kill_wait)) if graceful else ((signal.SIGKILL, kill_wait),)
+    sent: signal.Signals | None = None
     for sig, wait in steps:
         try:
             os.killpg(pgid, sig)
         except ProcessLookupError:
-            return
+            return sent
+        sent = sig
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             proc.poll()
             if not group_alive(pgid):
-                return
+                return sent
             time.sleep(0.2)
+    return sent
 
 
-__all__ = ["group_alive", "stop_process_group"]
+__all__ = ["RAY_START_DEFAULTS", "group_alive", "ray_start_env", "stop_process_group"]

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from distmis.cluster.ports import PortBlock, claim_block, ray_start_arguments, release_block
-from distmis.cluster.processes import stop_process_group
+from distmis.cluster.processes import ray_start_env, stop_process_group
 from distmis.exceptions import ClusterError
 from distmis.files import write_json_atomic, write_secret
 from distmis.redact import redact_argv
@@ -197,7 +197,11 @@ class Bootstrap:
         outlive this process."""
         proc, self.ray_proc = self.ray_proc, None
         if proc is not None:
-            stop_process_group(proc, graceful=graceful)
+            sent = stop_process_group(proc, graceful=graceful)
+            if graceful and sent == signal.SIGKILL:
+                log("Ray did not stop on SIGTERM within the grace period: killed")
+            elif sent is not None:
+                log(f"Ray stopped ({sent.name})")
         release_block(self._claim)
         self._claim = None
         shutil.rmtree(self.temp_dir, ignore_errors=True)
@@ -222,7 +226,7 @@ class Bootstrap:
         log(f"starting Ray: {' '.join(cmd)}")
         with open(self.job_dir / f"ray-{self.nodename}.log", "a") as logf:  # the child keeps its own descriptor
             self.ray_proc = subprocess.Popen(
-                cmd, env=self.env, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True
+                cmd, env=ray_start_env(self.env), stdout=logf, stderr=subprocess.STDOUT, start_new_session=True
             )
 
     def _node_record(self) -> dict[str, Any]:

@@ -307,7 +307,13 @@ def test_cluster_submit_prints_the_job_id(slurm: SlurmCluster, tmp_path: Path) -
     job = result.stdout.strip()
     assert job.isdigit()
     assert slurm.wait_job(job, timeout=300) == ("COMPLETED", "0:0"), job_log(tmp_path, job)[-3000:]
-    assert 'CLUSTER {"nodes": 2' in job_log(tmp_path, job)
+    text = job_log(tmp_path, job)
+    assert 'CLUSTER {"nodes": 2' in text
+    # each node's Ray ends on SIGTERM (Ray 2.60's drain on SIGTERM, which a head never finished,
+    # made every job end wait out the grace period and then SIGKILL its head)
+    for node in ("n1", "n2"):
+        assert f"[distmis.cluster {node}] Ray stopped (SIGTERM)" in text, text[-3000:]
+    assert "did not stop on SIGTERM" not in text
 
 
 def test_scancel_stops_without_requeue(slurm: SlurmCluster, tmp_path: Path) -> None:
