@@ -340,6 +340,45 @@ def test_failed_trial_restarts_from_its_last_checkpoint(prepared16: Path, tmp_pa
     assert f"trial {rows[0]['trial_id']} resumes from epoch" in text  # not from scratch
 
 
+# Ray objects left in garbage cycles (as a killed trial's RayActorError leaves them), collected by
+# this process right after the search's Ray shutdown has begun on its thread, twice over
+_COLLECTED_DURING_SHUTDOWN = """
+import gc
+import ray
+from distmis.tuning import RaySession, ray_session
+
+for round in range(2):
+    with ray_session(None, num_cpus=1) as session:
+        gc.disable()
+        for _ in range(200):
+            cycle = [ray.put(round)]
+            cycle.append(cycle)
+            del cycle
+        gc.enable()
+        session.end_in_background()
+        gc.collect()
+        print("alive", round, flush=True)
+    assert gc.isenabled()
+print("done", flush=True)
+"""
+
+
+def test_objects_of_ray_freed_while_it_shuts_down_do_not_kill_the_search(tmp_path: Path) -> None:
+    """Ray 2.60 marks the driver disconnected before it shuts the core worker down; an ObjectRef
+    freed in between made Ray quick-exit the process with 1 (a finished search, seen in CI, with
+    no summary). ``end_in_background`` frees them while Ray is up and pauses the collector until
+    the core worker is gone; it runs again after."""
+    done = subprocess.run(
+        [sys.executable, "-c", _COLLECTED_DURING_SHUTDOWN],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert (done.returncode, done.stdout.split()) == (0, ["alive", "0", "alive", "1", "done"]), done.stderr[-2000:]
+
+
 def test_a_private_local_ray_starts_without_an_api_server_and_stops_whole(local_ray: None) -> None:
     """A private Ray starts without Ray's head API server (dashboard process), which ``ray.init``
     would wait for, and runs work; Ray's method is restored afterwards. ``shutdown_ray`` kills
