@@ -72,8 +72,15 @@ class RaySession:
         import ray
 
         # Ray's objects in garbage cycles are freed now, while Ray is up, and no thread collects
-        # any until the shutdown is through (see _attached_to_ray); the shutdown's thread turns
-        # the collector back on
+        # any until the shutdown is through; the shutdown's thread turns the collector back on.
+        # Why: Ray 2.60's shutdown marks the driver disconnected first and shuts its core worker
+        # down after. An ObjectRef freed in between (in a garbage cycle that the plots'
+        # allocations got collected) calls into the core worker being shut down, and Ray
+        # quick-exits the process with status 1 ("The core worker has already been shutdown"):
+        # a finished search that exits 1 without its summary. Seen once in CI, in the test that
+        # kills a trial's process (a RayActorError's traceback keeps ObjectRefs in a cycle), and
+        # reproduced by collecting such cycles right after the disconnection (4 crashes in 5
+        # runs). Once the core worker is gone, a freed ObjectRef finds none and Ray ignores it.
         gc.collect()
         self._collector_was_on = gc.isenabled()
         gc.disable()
@@ -87,11 +94,7 @@ class RaySession:
         if self._ending is None and self._connected_here:
             self._end()
         elif self._ending is not None:
-            try:
-                self._ending.result()
-            finally:
-                if self._collector_was_on:
-                    gc.enable()
+            self._ending.result()
 
     def _end(self) -> None:
         import ray
@@ -102,32 +105,8 @@ class RaySession:
             if ray.is_initialized():
                 shutdown_ray()
         finally:
-            if self._collector_was_on and not _attached_to_ray():
+            if self._collector_was_on:  # paused by end_in_background until the core worker is gone
                 gc.enable()
-
-
-def _attached_to_ray() -> bool:
-    """Whether this process still has Ray's core worker: from ``ray.init`` until ``ray.shutdown``
-    has shut it down, which is some time after ``ray.is_initialized()`` turns False.
-
-    Why it matters: Ray 2.60's shutdown marks the driver disconnected first and shuts its core
-    worker down after. An ObjectRef freed in between (here: in a garbage cycle that the plots'
-    allocations got collected, while :meth:`RaySession.end_in_background`'s thread shut Ray
-    down) calls into the core worker being shut down, and Ray quick-exits the process with
-    status 1 ("The core worker has already been shutdown"): a finished search that exits 1
-    without its summary. Seen once in CI, in the test that kills a trial's process (a
-    RayActorError's traceback keeps ObjectRefs in a cycle), and reproduced by a script that
-    collects such cycles right after the disconnection (4 crashes in 5 runs). Once the core
-    worker is gone, a freed ObjectRef finds none and Ray ignores it. ``core_worker`` is read off
-    Ray's global worker, where ``ray.shutdown`` deletes it.
-    """
-    import ray
-
-    try:
-        worker = ray._private.worker.global_worker
-    except AttributeError:  # pragma: no cover - another Ray layout
-        return ray.is_initialized()
-    return ray.is_initialized() or hasattr(worker, "core_worker")
 
 
 @contextlib.contextmanager

@@ -345,7 +345,7 @@ def test_failed_trial_restarts_from_its_last_checkpoint(prepared16: Path, tmp_pa
 _COLLECTED_DURING_SHUTDOWN = """
 import gc
 import ray
-from distmis.tuning import RaySession, ray_session
+from distmis.tuning import ray_session
 
 for round in range(2):
     with ray_session(None, num_cpus=1) as session:
