@@ -53,7 +53,7 @@ class RaySession:
         self.resources = resources
         self._connected_here = connected_here
         self._ending: Background | None = None
-        self._collector_was_on = False  # Python's garbage collector, paused by end_in_background
+        self._heap_frozen = False  # by end_in_background, until the core worker is gone
 
     def end_in_background(self, *, disconnect_within: float = 30.0) -> None:
         """Stop the local Ray (or disconnect) on a thread; returns once this process is disconnected.
@@ -71,8 +71,8 @@ class RaySession:
             return
         import ray
 
-        # Ray's objects in garbage cycles are freed now, while Ray is up, and no thread collects
-        # any until the shutdown is through; the shutdown's thread turns the collector back on.
+        # Every object that exists now is out of the collector's reach until the shutdown is
+        # through (gc.freeze); the shutdown's thread hands them back (gc.unfreeze).
         # Why: Ray 2.60's shutdown marks the driver disconnected first and shuts its core worker
         # down after. An ObjectRef freed in between (in a garbage cycle that the plots'
         # allocations got collected) calls into the core worker being shut down, and Ray
@@ -81,9 +81,11 @@ class RaySession:
         # kills a trial's process (a RayActorError's traceback keeps ObjectRefs in a cycle), and
         # reproduced by collecting such cycles right after the disconnection (4 crashes in 5
         # runs). Once the core worker is gone, a freed ObjectRef finds none and Ray ignores it.
-        gc.collect()
-        self._collector_was_on = gc.isenabled()
-        gc.disable()
+        # Freezing moves the collector's lists aside in constant time, where collecting them
+        # first took 0.23-0.25 s of every search's end; objects made meanwhile (the plots') are
+        # collected as usual, and so no explicit gc.collect() in a library reaches Ray's either.
+        gc.freeze()
+        self._heap_frozen = True
         self._ending = Background(self._end, name="distmis-ray-shutdown")
         deadline = time.monotonic() + disconnect_within
         while ray.is_initialized() and self._ending.running() and time.monotonic() < deadline:
@@ -105,8 +107,9 @@ class RaySession:
             if ray.is_initialized():
                 shutdown_ray()
         finally:
-            if self._collector_was_on:  # paused by end_in_background until the core worker is gone
-                gc.enable()
+            if self._heap_frozen:  # by end_in_background, until the core worker is gone
+                self._heap_frozen = False
+                gc.unfreeze()
 
 
 @contextlib.contextmanager
