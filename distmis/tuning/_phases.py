@@ -53,7 +53,6 @@ class RaySession:
         self.resources = resources
         self._connected_here = connected_here
         self._ending: Background | None = None
-        self._heap_frozen = False  # by end_in_background, until the core worker is gone
 
     def end_in_background(self, *, disconnect_within: float = 30.0) -> None:
         """Stop the local Ray (or disconnect) on a thread; returns once this process is disconnected.
@@ -85,8 +84,7 @@ class RaySession:
         # first took 0.23-0.25 s of every search's end; objects made meanwhile (the plots') are
         # collected as usual, and so no explicit gc.collect() in a library reaches Ray's either.
         gc.freeze()
-        self._heap_frozen = True
-        self._ending = Background(self._end, name="distmis-ray-shutdown")
+        self._ending = Background(lambda: self._end(unfreeze=True), name="distmis-ray-shutdown")
         deadline = time.monotonic() + disconnect_within
         while ray.is_initialized() and self._ending.running() and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -98,7 +96,7 @@ class RaySession:
         elif self._ending is not None:
             self._ending.result()
 
-    def _end(self) -> None:
+    def _end(self, *, unfreeze: bool = False) -> None:
         import ray
 
         from distmis.raysession import shutdown_ray
@@ -107,8 +105,7 @@ class RaySession:
             if ray.is_initialized():
                 shutdown_ray()
         finally:
-            if self._heap_frozen:  # by end_in_background, until the core worker is gone
-                self._heap_frozen = False
+            if unfreeze:  # frozen by end_in_background until the core worker is gone
                 gc.unfreeze()
 
 
