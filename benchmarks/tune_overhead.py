@@ -78,18 +78,20 @@ def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, str]:
     return time.perf_counter() - start, done.stdout
 
 
-def trial_phase(out: Path) -> float:
+def trials_detail(out: Path) -> list[dict]:
+    """The search's per-trial record (``summary.json``)."""
+    return json.loads((out / "summary.json").read_text())["trials_detail"]
+
+
+def trial_phase(detail: list[dict]) -> float:
     """Seconds from the first trial's start to the last trial's last report."""
-    detail = json.loads((out / "summary.json").read_text())["trials_detail"]
     return max(t["finished_at"] for t in detail) - min(t["started_at"] for t in detail)
 
 
-def first_trial_startup(out: Path) -> float | None:
+def first_trial_startup(detail: list[dict]) -> float | None:
     """The first trial's cold start: from its process's spawn to the start of its training
     (Ray's worker, ``ray.tune``, TensorFlow's import), as the trial itself recorded it."""
-    detail = json.loads((out / "summary.json").read_text())["trials_detail"]
-    first = min(detail, key=lambda t: t["started_at"])
-    return first.get("group_startup_seconds")
+    return min(detail, key=lambda t: t["started_at"]).get("group_startup_seconds")
 
 
 def print_fixed_cost(
@@ -153,7 +155,8 @@ def main() -> None:
     plain, stdout = timed([sys.executable, __file__, "--plain-loop", str(files[1])], env)
     plain_train = float(stdout.split("TRAINING_SECONDS")[1].split()[0])
     tune1, _ = timed([sys.executable, "-m", "distmis", "tune", str(files[1]), "--out", str(work / "t1")], env)
-    phase1 = trial_phase(work / "t1")
+    detail1 = trials_detail(work / "t1")
+    phase1 = trial_phase(detail1)
     print(f"4 trials x {args.epochs} epochs at {args.size}^3, {os.cpu_count()} cores")
     print(f"{'':36s}{'end to end':>12s}{'trial phase':>14s}")
     print(f"{'plain loop (1 process, 1 thread)':36s}{plain:10.1f} s{plain_train:12.1f} s")
@@ -161,7 +164,7 @@ def main() -> None:
     print(f"{'ratio tune-1 / plain (<= 1.10)':36s}{tune1 / plain:12.2f}{phase1 / plain_train:14.2f}")
     timings = work / "t1" / "timings.json"
     if timings.is_file():  # where the search's own wall time went, phase by phase
-        startup = first_trial_startup(work / "t1")
+        startup = first_trial_startup(detail1)
         print_fixed_cost(json.loads(timings.read_text()), tune1, phase1, plain, plain_train, startup)
     if args.ratio_only:
         return
@@ -179,7 +182,7 @@ def main() -> None:
     assert [h.wait() for h in halves] == [0, 0]
     plain2 = time.perf_counter() - start
     tune2, _ = timed([sys.executable, "-m", "distmis", "tune", str(files[2]), "--out", str(work / "t2")], env)
-    phase2 = trial_phase(work / "t2")
+    phase2 = trial_phase(trials_detail(work / "t2"))
     print(f"{'distmis tune, 2 concurrent trials':36s}{tune2:10.1f} s{phase2:12.1f} s")
     print(f"{'speed-up tune-1 / tune-2 (>= 1.85)':36s}{tune1 / tune2:11.2f}x{phase1 / phase2:13.2f}x")
     print(
