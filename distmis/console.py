@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from distmis.links import open_nofollow
+
 _console: Any = None  # the terminal while output is redirected, else None (stdout)
 _notices: Any = None  # the terminal's stderr while output is redirected
 
@@ -42,16 +44,16 @@ def quiet_output(log_path: Path, *, verbose: bool) -> Iterator[Path | None]:
         return
     from rich.console import Console
 
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log = open_nofollow(log_path, "ab", what="log")
     sys.stdout.flush()
     sys.stderr.flush()
     saved_out, saved_err = os.dup(1), os.dup(2)
     terminal = os.fdopen(os.dup(saved_out), "w", buffering=1)
     notices = os.fdopen(os.dup(saved_err), "w", buffering=1)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
-    os.dup2(log_fd, 1)
-    os.dup2(log_fd, 2)
-    os.close(log_fd)
+    with log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
     _console, _notices = Console(file=terminal), notices
     try:
         yield log_path

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from distmis.exceptions import DistmisError, OutputError
+from distmis.links import ensure_directory, open_nofollow, refuse_link
 from distmis.locks import LOCK_FILE, output_lock, sibling_lock
 
 MARKER = ".distmis-output"
@@ -71,8 +72,9 @@ def marker_info(directory: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) and str(data.get("written_by", "")).startswith(SIGNATURE) else None
 
 
-def write_marker(directory: Path, command: str) -> None:
-    """Mark ``directory`` as written by ``distmis <command>``."""
+def write_marker(directory: Path, command: str, *, location: Path | None = None) -> None:
+    """Mark ``directory`` as written by ``distmis <command>``; ``location``: where a directory whose
+    state names its own files by absolute path was made (see :func:`check_location`)."""
     from distmis import __version__
 
     record = {
@@ -80,7 +82,41 @@ def write_marker(directory: Path, command: str) -> None:
         "version": __version__,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+    if location is not None:
+        record["location"] = str(location)
     write_text_atomic(Path(directory) / MARKER, json.dumps(record) + "\n")
+
+
+def check_location(directory: Path, *, what: str, resume_command: str) -> None:
+    """Refuse to continue a directory that was copied or moved from where it was made.
+
+    Ray Tune's state, the Optuna journal's path and the MLflow mapping name files by absolute
+    path, so a resumed copy (``cp -a run run2``) appended to its original's journal and wrote
+    checkpoints into the original's ``tune/``. A directory without a recorded location (made
+    by an older distmis) cannot be checked and is accepted.
+
+    Raises:
+        OutputError: naming both places and how to continue.
+    """
+    recorded = (marker_info(directory) or {}).get("location")
+    if not isinstance(recorded, str) or not recorded:
+        return
+    here = Path(directory).resolve()
+    if Path(recorded) == here:
+        return
+    with contextlib.suppress(OSError):
+        if Path(recorded).samefile(here):  # the same directory reached by another path
+            return
+    if Path(recorded).exists():
+        raise OutputError(
+            f"{directory}: a copy of the {what} in {recorded}; its state names that directory's files, so resuming "
+            f"the copy would write into the original. Continue the original with: {resume_command}, or start a "
+            "new one with another --out"
+        )
+    raise OutputError(
+        f"{directory}: the {what} was made in {recorded} and has moved; its state names files there, so it can "
+        f"only be resumed in that place: move it back and run {resume_command}"
+    )
 
 
 def file_signature(path: Path) -> str | None:
@@ -287,6 +323,7 @@ def _exchange(a: Path, b: Path) -> bool:
 def replace_directory(new: Path, target: Path) -> None:
     """Put directory ``new`` at ``target``, replacing what is there, with no moment without one."""
     new, target = Path(new), Path(target)
+    refuse_link(target)
     if not target.exists():
         new.replace(target)
         return
@@ -414,10 +451,12 @@ _READERS_HINT = (
 def atomic_file(path: Path) -> Iterator[Path]:
     """Yield a temporary path beside ``path`` (same suffix); renamed to ``path`` if the block succeeds."""
     path = Path(path)
+    refuse_link(path)
     parents = make_parents(path.parent if str(path.parent) else Path())
     tmp = temporary_sibling(path)
     try:
         yield tmp
+        refuse_link(path)  # planted while the block ran: the link goes unreplaced, its target untouched
         tmp.replace(path)
     except BaseException as exc:
         tmp.unlink(missing_ok=True)
@@ -451,6 +490,7 @@ def write_json_atomic(path: Path, data: Any) -> None:
 def write_secret(path: Path, text: str) -> None:
     """Write a secret (a token) readable by its owner only, atomically."""
     path = Path(path)
+    refuse_link(path)
     make_parents(path.parent)
     tmp = temporary_sibling(path)
     try:
@@ -490,7 +530,7 @@ class OutputClaim:
             raise OutputError(f"{self.option} {out}: not a directory")
         self._lock.enter_context(directory_lock(out, command=self.command, option=self.option))
         if self.new and marker_info(out) is None:
-            write_marker(out, self.command)
+            write_marker(out, self.command, location=out.resolve())
         return self
 
     def _check_existing(self) -> None:
@@ -536,16 +576,20 @@ __all__ = [
     "OutputClaim",
     "atomic_directory",
     "atomic_file",
+    "check_location",
     "check_output",
     "check_replaceable",
     "current_umask",
     "disk_failure",
+    "ensure_directory",
     "file_signature",
     "input_problem",
     "is_temporary",
     "make_parents",
     "marker_info",
+    "open_nofollow",
     "owned_output_directory",
+    "refuse_link",
     "remove_if_empty",
     "replace_directory",
     "temporary_sibling",

@@ -36,14 +36,15 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import IO, Any
 
 from distmis.exceptions import OutputError
+from distmis.links import open_nofollow
 
 LOCK_FILE = ".distmis-lock"
 
 
-def _holder(fh: TextIO) -> dict[str, Any]:
+def _holder(fh: IO[Any]) -> dict[str, Any]:
     fh.seek(0)
     try:
         data = json.loads(fh.read() or "{}")
@@ -60,7 +61,7 @@ def _describe(holder: dict[str, Any]) -> str:
     return f"distmis {holder.get('command', '?')} (PID {holder.get('pid', '?')} on {holder.get('host', '?')}, started {when})"
 
 
-def _flock(fh: TextIO, mode: int) -> bool | None:
+def _flock(fh: IO[Any], mode: int) -> bool | None:
     """``flock(mode)`` without waiting: True held, False held by another process, None the
     filesystem cannot lock (ENOLCK, an NFS v3 ``nolock`` mount)."""
     try:
@@ -91,10 +92,11 @@ def output_lock(
         OutputError: another process holds the lock (naming it).
     """
     path = Path(path)
-    existed = path.exists()
+    existed = os.path.lexists(path)
     held = failed = False
     try:
-        fh = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - held open for the block: the lock lives with it
+        # held open for the block: the lock lives with it; never through a link (another's file)
+        fh = open_nofollow(path, "a+", what="lock file", encoding="utf-8")
     except OSError as exc:
         raise OutputError(f"{option} {path.parent}: cannot create its lock file {path.name} ({exc.strerror})") from None
     try:
@@ -134,7 +136,7 @@ def output_lock(
         fh.close()  # releases the lock
 
 
-def _record(fh: TextIO, command: str) -> None:
+def _record(fh: IO[Any], command: str) -> None:
     """Who holds the lock now (read by the next process that finds it held)."""
     with contextlib.suppress(OSError):  # a full disk must not stop the command for its lock note
         fh.seek(0)

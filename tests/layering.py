@@ -25,6 +25,7 @@ MAX_FUNCTION_LINES = 80
 #: Rooms on one floor do not import each other unless named in SIDEWAYS.
 LAYERS: list[tuple[str, ...]] = [
     ("__init__", "exceptions", "exitcodes"),
+    ("links",),
     ("console", "documents", "tensorflow_env", "redact", "metrics", "locks", "waits"),
     ("files",),
     ("labels", "space", "raysession", "reports"),

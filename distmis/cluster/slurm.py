@@ -44,7 +44,7 @@ from typing import Any
 from distmis.cluster.ports import PortBlock, claim_block, ray_start_arguments, release_block
 from distmis.cluster.processes import ray_start_env, stop_process_group
 from distmis.exceptions import ClusterError
-from distmis.files import write_json_atomic, write_secret
+from distmis.files import ensure_directory, open_nofollow, write_json_atomic, write_secret, write_text_atomic
 from distmis.redact import redact_argv
 
 PORTS_FILE = "ray-ports.json"
@@ -174,7 +174,7 @@ class Bootstrap:
         self.index = self.nodes.index(self.nodename)
         self.is_head = self.index == 0
         self.job_dir = Path(args.job_dir or f"runs/slurm-{self.job}").resolve()
-        self.job_dir.mkdir(parents=True, exist_ok=True)
+        ensure_directory(self.job_dir, what="job directory")
         self.ip = node_address(self.nodename, args.interface)
         self.cpus, self.gpus = node_resources()
         self.timeout = args.timeout
@@ -224,7 +224,9 @@ class Bootstrap:
             *args,
         ]
         log(f"starting Ray: {' '.join(cmd)}")
-        with open(self.job_dir / f"ray-{self.nodename}.log", "a") as logf:  # the child keeps its own descriptor
+        with open_nofollow(
+            self.job_dir / f"ray-{self.nodename}.log", "a"
+        ) as logf:  # the child keeps its own descriptor
             self.ray_proc = subprocess.Popen(
                 cmd, env=ray_start_env(self.env), stdout=logf, stderr=subprocess.STDOUT, start_new_session=True
             )
@@ -427,7 +429,7 @@ class Bootstrap:
             return False
 
     def mark_done(self) -> None:
-        (self.job_dir / DONE_FILE).write_text(f"{self.restart}\n")
+        write_text_atomic(self.job_dir / DONE_FILE, f"{self.restart}\n")
 
 
 def main(argv: list[str] | None = None) -> int:

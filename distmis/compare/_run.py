@@ -38,12 +38,12 @@ from distmis.compare._records import ModeRecord, load_mode_dir
 from distmis.compare._report import make_plots, write_reports
 from distmis.config import ExperimentConfig, load_config
 from distmis.exceptions import TrackingError, TuningError
-from distmis.files import OutputClaim, check_output, write_json_atomic, write_text_atomic
+from distmis.files import OutputClaim, check_location, check_output, open_nofollow, write_json_atomic, write_text_atomic
 from distmis.preflight import preflight
 from distmis.redact import redact, redact_uri
 from distmis.tensorflow_env import tensorflow_env
 from distmis.tracking import START_SECONDS
-from distmis.tuning import check_resume_config, check_resumed_choices
+from distmis.tuning import check_resume_config, check_resumed_choices, read_recorded
 from distmis.waits import call_within
 
 PLAN_FILE = "compare.json"
@@ -87,7 +87,7 @@ def _run_mode(
         **tensorflow_env(),
         "MLFLOW_TRACKING_URI": tracking_uri,
     }
-    with open(log_path, "a", encoding="utf-8") as log:
+    with open_nofollow(log_path, "a", encoding="utf-8") as log:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         assert proc.stdout is not None
         for line in proc.stdout:
@@ -281,7 +281,10 @@ def plan_comparison(
     if resume and not plan_path.exists():
         raise TuningError(f"{out_dir}: no comparison to resume here (no {PLAN_FILE})")
     if resume:
-        d = json.loads(plan_path.read_text(encoding="utf-8"))
+        check_location(
+            out_dir, what="comparison", resume_command=f"distmis compare {space_file} --out <original> --resume"
+        )
+        d = read_recorded(plan_path, what="comparison")
         _check_resumed_options(plan_path, d, modes=modes, budget=budget, slots=slots, cpus_per_worker=cpus_per_worker,
                                gpus_per_worker=gpus_per_worker, hybrid_workers=hybrid_workers,
                                baseline_trials=baseline_trials, lr_scaling=lr_scaling)  # fmt: skip

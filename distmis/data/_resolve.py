@@ -15,6 +15,7 @@ from distmis.config import DataConfig
 from distmis.data._prepare import MANIFEST, prepare_dataset
 from distmis.data._synth import write_synthetic_msd
 from distmis.exceptions import DataError
+from distmis.files import open_nofollow
 
 
 def _key(payload: dict) -> str:
@@ -43,7 +44,7 @@ def resolve_prepared(data: DataConfig, *, base_dir: Path | None = None) -> Path:
     if (target / MANIFEST).is_file():
         return target
     cache.mkdir(parents=True, exist_ok=True)
-    with open(cache / ".lock", "w") as lock:
+    with open_nofollow(cache / ".lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if data.source == "synthetic" and not (src / "dataset.json").is_file():
             syn = data.synthetic

@@ -20,8 +20,8 @@ from typing import Any
 from distmis.config import ExperimentConfig, load_config
 from distmis.data import cv_cases, fold_groups, load_manifest
 from distmis.exceptions import ConfigError, TuningError
-from distmis.files import marker_info
-from distmis.tuning import TUNE_DIR, check_resumed_choices, check_tune_state
+from distmis.files import check_location, marker_info
+from distmis.tuning import TUNE_DIR, check_resumed_choices, check_tune_state, read_recorded
 
 PLAN_FILE = "finalize.json"
 #: what a new finalize does unless told otherwise (nnU-Net's 5 folds; the two best configurations)
@@ -116,7 +116,10 @@ def plan_finalize(
     if resume and not recorded.is_file():
         raise TuningError(f"{out_dir}: no finalize to resume here (no {PLAN_FILE}); run without --resume")
     if resume:
-        data = json.loads(recorded.read_text(encoding="utf-8"))
+        check_location(
+            out_dir, what="finalize", resume_command="distmis finalize <original search> --out <original> --resume"
+        )
+        data = read_recorded(recorded, what="finalize")
         chosen = {**{k: data[k] for k in DEFAULTS if k != "top"}, "top": len(data["candidates"])}
         check_resumed_choices(recorded, given, chosen, _spell)
         check_tune_state(out_dir / TUNE_DIR, command="the finalize")

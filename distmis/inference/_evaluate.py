@@ -33,7 +33,14 @@ from distmis.data import (
     read_dataset_json,
 )
 from distmis.exceptions import DataError
-from distmis.files import atomic_directory, atomic_file, check_output, check_replaceable, write_json_atomic
+from distmis.files import (
+    atomic_directory,
+    atomic_file,
+    check_output,
+    check_replaceable,
+    open_nofollow,
+    write_json_atomic,
+)
 from distmis.inference._metrics import METRICS, mask_metrics, summarise
 from distmis.inference._model import ModelRecord, read_model_record
 from distmis.inference._predict import CaseJob, CaseOutcome, PredictOptions, predict_cases
@@ -205,7 +212,7 @@ def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
     columns: list[str] = []
     for r in rows:
         columns += [k for k in r if k not in columns]
-    with open(path, "w", newline="", encoding="utf-8") as fh:
+    with open_nofollow(path, "w", newline="", encoding="utf-8") as fh:
         writer = csv.DictWriter(fh, fieldnames=columns)
         writer.writeheader()
         writer.writerows(rows)

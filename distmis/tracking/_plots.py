@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from distmis.config import ExperimentConfig
+from distmis.files import atomic_file
 from distmis.metrics import LOSS
 from distmis.space import ParamSpec
 
@@ -64,8 +65,8 @@ def learning_curves(out: Path, rows: list[dict[str, str]], metric: str) -> Path:
         ax.grid(alpha=0.3)
     fig.tight_layout()
     target = out / "plots" / "learning_curves.png"
-    target.parent.mkdir(exist_ok=True)
-    fig.savefig(target, dpi=100)
+    with atomic_file(target) as tmp:
+        fig.savefig(tmp, dpi=100, format="png")
     plt.close(fig)
     return target
 
@@ -118,8 +119,8 @@ def optuna_plots(out: Path, config: ExperimentConfig, rows: list[dict[str, str]]
         fig.set_size_inches(8, 5)
         fig.tight_layout()
         target = out / "plots" / f"{name}.png"
-        target.parent.mkdir(exist_ok=True)
-        fig.savefig(target, dpi=100)
+        with atomic_file(target) as tmp:
+            fig.savefig(tmp, dpi=100, format="png")
         plt.close(fig)
         made.append(target)
     return made

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from distmis.config import ExperimentConfig, dump_config
 from distmis.data import fold_view, load_manifest
 from distmis.exceptions import TrainingError
-from distmis.files import atomic_directory, atomic_file, write_json_atomic
+from distmis.files import atomic_directory, atomic_file, ensure_directory, open_nofollow, write_json_atomic
 from distmis.metrics import (
     DICE,
     LOSS,
@@ -147,7 +147,7 @@ class RunSession:
         if resume_from is not None:
             self.restore(resume_from)  # first: a checkpoint that does not fit changes nothing on disk
         if is_chief:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
+            ensure_directory(self.run_dir, what="run directory")
             dump_config(config, self.run_dir / "config.yaml")
 
     def write_history(self) -> None:
@@ -237,7 +237,7 @@ class RunSession:
         if improved:
             self.best_value, self.best = value, row
         if self.is_chief:
-            with open(self.run_dir / METRICS_CSV, "a", newline="") as fh:
+            with open_nofollow(self.run_dir / METRICS_CSV, "a", newline="") as fh:
                 csv.DictWriter(fh, fieldnames=self._fields, extrasaction="ignore").writerow(row)
             if improved:
                 self._write_best(arrays, row)

@@ -171,7 +171,29 @@ __all__ = [
     "check_resume_config",
     "check_resume_target",
     "differences",
+    "read_recorded",
 ]
+
+
+def read_recorded(path: Path, *, what: str) -> dict[str, Any]:
+    """A plan or record a command wrote for its ``--resume`` (``finalize.json``, ``compare.json``),
+    read as damaged input: a kill or a full disk while it was written leaves it torn.
+
+    Raises:
+        TuningError: naming the file, what is wrong and what to do.
+    """
+    from distmis.documents import read_json
+
+    try:
+        data = read_json(path, error=TuningError, what=f"the {what}'s record")
+        if not isinstance(data, dict):
+            raise TuningError(f"{path}: expected a JSON object, found {type(data).__name__}")
+    except TuningError as exc:
+        raise TuningError(
+            f"{exc}; the {what} cannot be resumed from it (a kill or a full disk while it was written?): "
+            "start it again with another --out"
+        ) from None
+    return data
 
 
 def check_resumed_choices(

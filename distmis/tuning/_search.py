@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from distmis.config import ExperimentConfig
 from distmis.exceptions import TuningError
-from distmis.files import OutputClaim, check_output, marker_info, write_text_atomic
+from distmis.files import OutputClaim, check_location, check_output, marker_info, refuse_link, write_text_atomic
 from distmis.locks import reader_lock
 from distmis.preflight import preflight
 from distmis.raysession import probe_address
@@ -94,10 +94,14 @@ def check_search(
     base_dir = given.resolve().parent if given else Path.cwd()
     preflight(config, path=given or "configuration", base_dir=base_dir)
     check_output(out_dir, option="--out", inputs=search_inputs(config, given, base_dir))
+    refuse_link(out_dir / JOURNAL, what="Optuna journal")
     if resume:
         check_resume_target(out_dir, given)
     resume = _resumes(out_dir, resume)
     if resume:
+        check_location(
+            out_dir, what="search", resume_command=f"distmis tune {given or '<file>'} --out <original> --resume"
+        )
         check_resume_config(out_dir, config, given, tracking_uri)
         check_tune_state(out_dir / TUNE_DIR, command="the search")
     return SearchPlan(config, out_dir, base_dir, given, resume)

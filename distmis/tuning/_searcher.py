@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 from ray.tune.search import Searcher
 
+from distmis.files import open_nofollow, refuse_link
+
 if TYPE_CHECKING:
     import optuna
 
@@ -84,6 +86,8 @@ class OptunaSearcher(Searcher):
             import optuna
             from optuna.storages import JournalStorage
             from optuna.storages.journal import JournalFileBackend
+
+            refuse_link(self._journal, what="Optuna journal")  # Optuna opens it itself, following links
 
             storage = self._storage_cache = JournalStorage(JournalFileBackend(self._journal))
             study = optuna.create_study(
@@ -197,7 +201,7 @@ class OptunaSearcher(Searcher):
         }
 
     def save(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path, "wb") as fh:
+        with open_nofollow(checkpoint_path, "wb") as fh:
             pickle.dump(self._state(), fh)
 
     def restore(self, checkpoint_path: str) -> None:

@@ -28,7 +28,7 @@ from typing import Any
 import pyarrow
 import pyarrow.fs as pafs
 
-from distmis.files import is_temporary, temporary_sibling
+from distmis.files import is_temporary, open_nofollow, refuse_link, temporary_sibling
 
 
 class _WholeFile:
@@ -78,6 +78,11 @@ class _WholeFile:
             if self._failed:
                 self._partial.unlink(missing_ok=True)
         if not self._failed:  # after a failed write the caller closes too: the write's error is the one to see
+            try:
+                refuse_link(self._path)
+            except BaseException:
+                self._partial.unlink(missing_ok=True)
+                raise
             self._partial.replace(self._path)
 
 
@@ -144,7 +149,7 @@ class WholeFileLocalHandler(pafs.FileSystemHandler):
         return pyarrow.PythonFile(_WholeFile(path), mode="w")
 
     def open_append_stream(self, path: str, metadata: Any) -> pyarrow.NativeFile:
-        return self._local.open_append_stream(path, metadata=metadata)
+        return pyarrow.PythonFile(open_nofollow(path, "ab"), mode="w")
 
 
 def remove_partials(directory: Path) -> list[Path]:

@@ -22,6 +22,7 @@ from typing import Any
 
 from ray import tune
 
+from distmis.files import ensure_directory, write_text_atomic
 from distmis.metrics import (
     GROUP_STARTUP,
     NODE,
@@ -148,15 +149,16 @@ class DistmisTrial(tune.Trainable):
         apply_params(ExperimentConfig.model_validate(ctx.base_config), params)  # here: a bad one fails fast
         self._node = ray.util.get_node_ip_address()
         self._run_dir = Path(ctx.trials_dir) / self.trial_id
-        self._run_dir.mkdir(parents=True, exist_ok=True)
+        ensure_directory(self._run_dir, what="trial directory")
         if self._group is not None:
-            (self._run_dir / "group.json").write_text(
+            write_text_atomic(
+                self._run_dir / "group.json",
                 json.dumps(
                     {  # where this trial's workers must run
                         "placement_group": ray.get_runtime_context().get_placement_group_id(),
                         "trainable_pid": os.getpid(),
                     }
-                )
+                ),
             )
         # a restarted trial (its process died) continues from its own last epoch even when Tune
         # has no checkpoint of it yet: none of those epochs reached Tune, so all are reported again;

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from distmis.files import ensure_directory, write_text_atomic
 from distmis.metrics import NODE, PID
 
 
@@ -78,7 +79,7 @@ class TrialSession:
         # waits for the previous trial's input pipeline to shut down (seconds, measured)
         config = apply_params(ExperimentConfig.model_validate(spec.base_config), spec.params)
         run = Path(spec.run_dir)
-        run.mkdir(parents=True, exist_ok=True)
+        ensure_directory(run, what="trial directory")
         t1 = time.perf_counter()
         self.session = RunSession(
             config,
@@ -101,7 +102,8 @@ class TrialSession:
         import ray
 
         context = ray.get_runtime_context()
-        (run / f"worker-{self.rank}.json").write_text(
+        write_text_atomic(
+            run / f"worker-{self.rank}.json",
             json.dumps(
                 {
                     "rank": self.rank,
@@ -111,7 +113,7 @@ class TrialSession:
                     "placement_group": context.get_placement_group_id(),
                     "setup_seconds": {k: round(v, 3) for k, v in seconds.items()},
                 }
-            )
+            ),
         )
 
     def restore(self, checkpoint: str) -> int:

@@ -1,0 +1,116 @@
+"""Every path distmis writes, replaces or removes is opened without following a symbolic link.
+
+Why: a project directory on a cluster is often writable by a whole group. A link planted at a
+path distmis writes (a run's ``.distmis-lock``, its ``metrics.csv``) would make someone else's
+distmis write into the link's target, a file of theirs. So a write opens its file with
+``O_NOFOLLOW`` and checks what it opened (a regular file with one name: a hard link to another
+file is refused as well); a path about to be replaced or used as a directory is looked at with
+``lstat``. A link found there is refused with one error that names it, and nothing is written.
+
+The user's own choice of where an output goes (``--out`` under a linked scratch directory) is
+not affected: only the last component of a path is checked, and the directories distmis makes
+inside its outputs are checked when it makes or reuses them (:func:`ensure_directory`).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+from typing import IO, Any
+
+from distmis.exceptions import OutputError
+
+#: ``open()`` modes distmis writes with, as ``os.open`` flags (binary and text alike)
+_MODES = {
+    "w": os.O_WRONLY | os.O_CREAT,  # truncated only once the file is known to be ours to write
+    "a": os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+    "a+": os.O_RDWR | os.O_CREAT | os.O_APPEND,
+    "r+": os.O_RDWR | os.O_CREAT,
+}
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def link_error(path: str | os.PathLike[str], *, what: str = "") -> OutputError:
+    """The one error for a symbolic link found where distmis writes."""
+    path = Path(path)
+    try:
+        target = f" (to {path.readlink()})"
+    except OSError:
+        target = ""
+    kind = f"its {what}" if what else "a file"
+    return OutputError(
+        f"{path}: a symbolic link{target} where distmis writes {kind}; distmis never writes through a link: "
+        "remove the link (its target is untouched), or choose another output"
+    )
+
+
+def refuse_link(path: str | os.PathLike[str], *, what: str = "") -> None:
+    """Refuse ``path`` when it is a symbolic link (before it is replaced, removed or written).
+
+    Raises:
+        OutputError: ``path`` is a symbolic link.
+    """
+    if Path(path).is_symlink():
+        raise link_error(path, what=what)
+
+
+def open_nofollow(path: str | os.PathLike[str], mode: str = "w", *, what: str = "", **kwargs: Any) -> IO[Any]:
+    """``open(path, mode)`` for writing, refusing a symbolic link, a hard link or a non-regular file.
+
+    ``mode`` is one of ``w``, ``a``, ``a+``, ``r+`` with an optional ``b``; ``kwargs`` go to
+    :func:`os.fdopen` (``encoding``, ``newline``). New files get the modes the umask gives.
+
+    Raises:
+        OutputError: ``path`` is a symbolic link, has other names (a hard link), or is not a
+            regular file (a FIFO would block, a device would be written to).
+    """
+    binary = "b" in mode
+    base = mode.replace("b", "").replace("t", "")
+    flags = _MODES[base] | _NOFOLLOW
+    existed = os.path.lexists(path)
+    try:
+        fd = os.open(path, flags | os.O_NONBLOCK, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise link_error(path, what=what) from None
+        if exc.errno == errno.ENXIO:  # a FIFO nobody reads
+            raise OutputError(f"{path}: not a regular file; distmis writes only regular files there") from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OutputError(f"{path}: not a regular file; distmis writes only regular files there")
+        if info.st_nlink > 1 and existed:
+            raise OutputError(
+                f"{path}: this file has {info.st_nlink} names (a hard link to another file); distmis never writes "
+                "through a link: remove it, or choose another output"
+            )
+        os.set_blocking(fd, True)
+        if base == "w" and existed:
+            os.ftruncate(fd, 0)
+        return os.fdopen(fd, ("w" if base == "w" else base) + ("b" if binary else ""), **kwargs)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def ensure_directory(path: str | os.PathLike[str], *, what: str = "") -> Path:
+    """``mkdir -p path``, refusing a symbolic link at ``path`` itself (a directory distmis makes
+    inside its own output: files written there would land in the link's target).
+
+    Raises:
+        OutputError: ``path`` is a symbolic link, or exists and is not a directory.
+    """
+    path = Path(path)
+    refuse_link(path, what=what)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise OutputError(f"{path}: exists and is not a directory") from None
+    refuse_link(path, what=what)  # made by someone else between the check and the mkdir
+    return path
+
+
+__all__ = ["ensure_directory", "link_error", "open_nofollow", "refuse_link"]
