@@ -208,7 +208,9 @@ def test_every_file_a_search_writes_is_opened_without_following_a_link(assets: A
     refused: list[str] = []
     for _ in range(len(planted) + 1):  # each run refuses one link at most; it is then put back as a file
         result = run_distmis(
-            ["tune", str(space), "--out", "run", "--resume"], cwd=ws.dir, env={"DISTMIS_DATA_HOME": str(ws.dir / "cache")}
+            ["tune", str(space), "--out", "run", "--resume"],
+            cwd=ws.dir,
+            env={"DISTMIS_DATA_HOME": str(ws.dir / "cache")},
         )
         assert snapshot(victims) == before, f"a link's target changed after: {result.stderr[-2000:]}"
         if result.returncode == 0:
