@@ -108,17 +108,18 @@ def plan_finalize(
     """
     given = {"top": top, "folds": folds, "seed": seed, "tta": tta, "pairs": pairs, "postprocess": postprocess}
     run = Path(run).resolve()
-    summary, config, prepared = _read_search(run)
     out_dir = Path(out).resolve() if out else run / "finalize"
+    if resume:
+        check_location(
+            out_dir, what="finalize", resume_command="distmis finalize <original search> --out <original> --resume"
+        )
+    summary, config, prepared = _read_search(run)
     recorded = out_dir / PLAN_FILE
     if recorded.is_file() and not resume:
         raise TuningError(f"{out_dir}: a finalize already exists here; pass --resume to continue it, or choose --out")
     if resume and not recorded.is_file():
         raise TuningError(f"{out_dir}: no finalize to resume here (no {PLAN_FILE}); run without --resume")
     if resume:
-        check_location(
-            out_dir, what="finalize", resume_command="distmis finalize <original search> --out <original> --resume"
-        )
         data = read_recorded(recorded, what="finalize")
         chosen = {**{k: data[k] for k in DEFAULTS if k != "top"}, "top": len(data["candidates"])}
         check_resumed_choices(recorded, given, chosen, _spell)
