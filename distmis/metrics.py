@@ -121,6 +121,34 @@ TRIAL_SETUP = "trial_setup_seconds"
 FAILURE = "distmis_failure"
 
 
+#: how the reason of a diverged run begins (results.csv's error column, Optuna's user attribute)
+DIVERGED = "diverged"
+
+
+def is_divergence(reason: str | None) -> bool:
+    """Whether a trial's failure reason is a divergence (:func:`divergence`)."""
+    return bool(reason) and str(reason).startswith(DIVERGED)
+
+
+def divergence(row: dict[str, Any], metric: str) -> str | None:
+    """Why an epoch's metrics show a diverged run (a NaN or infinite loss or search metric), else None.
+
+    A diverged network predicts nothing useful, yet its Dice can still be a number (0, or the score
+    of marking every voxel foreground), so a search would rank it and a finalize ensemble it.
+    """
+    for name in dict.fromkeys((LOSS, VAL_LOSS, metric)):
+        value = row.get(name)
+        if value is None:
+            continue
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            continue
+        if not math.isfinite(number):
+            return f"{DIVERGED}: {name} is {number} at epoch {row.get('epoch', '?')} (try a lower learning rate)"
+    return None
+
+
 def configuration_failure(reason: str, started_at: float) -> dict[str, Any]:
     """The single, final result of a trial that cannot train its configuration.
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import sys
 from pathlib import Path
 
 from distmis.cli._common import positive_int
@@ -21,10 +22,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from distmis import exitcodes
     from distmis.config import load_config
     from distmis.exceptions import TrainingError
     from distmis.files import OutputClaim, check_output
     from distmis.locks import reader_lock
+    from distmis.metrics import divergence
     from distmis.preflight import preflight
     from distmis.training import CHECKPOINT_DIR, configure_tensorflow
 
@@ -67,7 +70,12 @@ def run(args: argparse.Namespace) -> int:
             )
             session.write_history()
         while not session.done:
-            print(format_epoch(session.step(), config.train.epochs), flush=True)
+            metrics = session.step()
+            print(format_epoch(metrics, config.train.epochs), flush=True)
+            diverged = divergence(metrics.as_dict(), config.search.metric)
+            if diverged is not None:
+                print(f"distmis: error: {out}: training {diverged}", file=sys.stderr)
+                return exitcodes.FAILED
     if session.best:
         print(
             f"best epoch {int(session.best['epoch'])}: {config.search.metric} {session.best[config.search.metric]:.4f}"

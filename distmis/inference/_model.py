@@ -198,11 +198,29 @@ def _check_archive(path: Path) -> None:
         raise InferenceError(f"{path}: not a readable weights archive ({exc})") from None
     if bad is not None or not names:
         raise InferenceError(f"{path}: a damaged weights archive ({bad or 'empty'})")
+    import numpy as np
+
+    try:
+        with np.load(path, allow_pickle=False) as arrays:
+            broken = [name for name in arrays.files if not np.isfinite(arrays[name]).all()]
+    except (OSError, ValueError) as exc:
+        raise InferenceError(f"{path}: not a readable weights archive ({exc})") from None
+    if broken:
+        raise InferenceError(
+            f"{path}: {len(broken)} weight array(s) hold NaN or infinite values ({broken[0]}...): the training that "
+            "wrote it diverged, and its predictions would mean nothing; train it again with a lower learning rate"
+        )
 
 
 def _read_ensemble(directory: Path) -> ModelRecord:
     spec = load_json_document(_Ensemble, directory / ENSEMBLE, error=InferenceError, what="an ensemble record")
     members: list[ModelRecord] = []
+    repeated = sorted({name for name in spec.members if spec.members.count(name) > 1})
+    if repeated:
+        raise InferenceError(
+            f"{directory / ENSEMBLE}: member {repeated[0]!r} is listed more than once; each member counts once in the "
+            "average (a repeated one would silently get double weight)"
+        )
     for name in spec.members:
         where = (directory / name).resolve()
         if directory.resolve() not in where.parents:

@@ -102,6 +102,8 @@ def optuna_plots(out: Path, config: ExperimentConfig, rows: list[dict[str, str]]
         else:
             trial = optuna.trial.create_trial(params=params, distributions=dists, value=float(value))
         study.add_trial(trial)
+    if not study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        return []  # nothing to draw: every trial failed or stopped (Optuna would only warn)
     made = []
     plots: dict[str, Any] = {
         "optimization_history": optuna.visualization.matplotlib.plot_optimization_history,

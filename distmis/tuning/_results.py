@@ -22,6 +22,7 @@ from distmis.metrics import (
     STARTED_AT,
     WARM,
     is_class_metric,
+    is_divergence,
     result_metrics,
 )
 from distmis.space import sampled_params
@@ -126,8 +127,14 @@ class SearchSummary:
         )
         table.add_row("wall time", f"{self.wall_seconds:.1f} s")
         table.add_row("max concurrent trials seen", str(self.max_concurrent_observed))
-        table.add_row("results", f"{self.out}/results.csv, best.yaml, best/")
+        table.add_row("results", f"{self.out}/results.csv" + (", best.yaml, best/" if self.best_trial_id else ""))
         Console().print(table)
+        if self.trials and self.failed == self.trials:
+            print(
+                f"distmis: every trial failed ({self.failed} of {self.trials}): no best model; the error column of "
+                f"{self.out}/results.csv says why",
+                flush=True,
+            )
 
 
 def max_overlap(intervals: list[tuple[float, float]]) -> int:
@@ -275,7 +282,7 @@ def summarise(
     columns = result_metrics(config.search.metric)
     columns += sorted({k for r in rows for k in (*r.best, *r.final) if is_class_metric(k) and k not in columns})
     write_text_atomic(out / "results.csv", _csv(rows, columns))
-    scored = [r for r in rows if metric in r.best]
+    scored = [r for r in rows if metric in r.best and not is_divergence(r.error)]
     best = None
     if scored:
         best = (max if mode == "max" else min)(scored, key=lambda r: r.best[metric])

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from ray.tune.search import Searcher
 
 from distmis.files import open_nofollow, refuse_link
+from distmis.metrics import FAILURE
 
 if TYPE_CHECKING:
     import optuna
@@ -180,7 +181,11 @@ class OptunaSearcher(Searcher):
         values = list(self._intermediate_values(number).values())
         epochs = int((result or {}).get("epoch") or 0)
         finite = [v for v in values if math.isfinite(v)]
-        if error or not finite:
+        failure = (result or {}).get(FAILURE)
+        if error or failure or not finite:
+            trial = self._trial(trial_id)
+            if failure and trial is not None:
+                trial.set_user_attr(FAILURE, str(failure))  # why, beside the state, in the journal
             self._study.tell(number, state=TrialState.FAIL)
         elif epochs < self._max_epochs:
             self._study.tell(number, state=TrialState.PRUNED)  # Optuna keeps the last value as the trial's

@@ -24,6 +24,7 @@ from ray import tune
 
 from distmis.files import ensure_directory, write_text_atomic
 from distmis.metrics import (
+    FAILURE,
     GROUP_STARTUP,
     NODE,
     PID,
@@ -32,6 +33,7 @@ from distmis.metrics import (
     TRIAL_SETUP,
     WARM,
     configuration_failure,
+    divergence,
 )
 from distmis.space import sampled_params
 
@@ -177,6 +179,11 @@ class DistmisTrial(tune.Trainable):
             return configuration_failure(self._failure, self._started)
         metrics = self._runner.step()
         done = metrics.pop("done")
+        diverged = divergence(metrics, self._context.metric)
+        if diverged is not None:  # a failed trial, not a result: Optuna records FAIL, Tune does not retry
+            metrics[FAILURE] = diverged
+            done = True
+            print(f"distmis: trial {self.trial_id} {diverged}", flush=True)
         metrics.update(
             {
                 STARTED_AT: self._started,
