@@ -192,6 +192,12 @@ def _candidates(summary: dict[str, Any], config: ExperimentConfig, top: int) -> 
         if better:
             scored[key] = (float(value), str(trial["trial_id"]), dict(trial["params"]))
     ranked = sorted(scored.values(), key=lambda t: t[0], reverse=mode == "max")
+    if not ranked:
+        failed = sum(t.get("status") == "ERROR" for t in summary.get("trials_detail", []))
+        raise TuningError(
+            f"{summary.get('out', 'the search')}: no trial finished with a {metric} value ({failed} failed: the "
+            "error column of its results.csv says why); nothing to cross-validate"
+        )
     if top < 1 or top > len(ranked):
         raise TuningError(
             f"--top {top}: the search has {len(ranked)} configuration(s) with a {metric} value; choose 1..{len(ranked)}"

@@ -53,6 +53,7 @@ def test_a_search_whose_every_trial_diverges_fails_and_cannot_be_finalized(asset
 
     finalize = run_distmis(["finalize", "run", "--top", "1", "--folds", "2"], cwd=ws.dir, env=env)
     assert finalize.returncode == 2, finalize.stdout[-2000:] + finalize.stderr[-2000:]
+    assert "no trial finished with a val_dice value (2 failed" in finalize.stderr, finalize.stderr
     assert not (ws.dir / "run" / "final").exists()
 
 
