@@ -19,6 +19,7 @@ from typing import Any
 
 from distmis.config import ExperimentConfig, load_config
 from distmis.data import cv_cases, fold_groups, load_manifest
+from distmis.documents import read_json
 from distmis.exceptions import ConfigError, TuningError
 from distmis.files import check_location, marker_info
 from distmis.tuning import TUNE_DIR, check_resumed_choices, check_tune_state, read_recorded
@@ -165,7 +166,9 @@ def _read_search(run: Path) -> tuple[dict[str, Any], ExperimentConfig, Path]:
             f"{run}: a run directory without results (no {', '.join(missing)}); finalize takes a finished search: "
             f"finish it first (distmis tune <file> --out {run} --resume)"
         )
-    summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+    summary = read_json(run / "summary.json", error=TuningError, what="a search's summary")
+    if not isinstance(summary, dict):
+        raise TuningError(f"{run / 'summary.json'}: expected a JSON object, found {type(summary).__name__}")
     try:
         config = load_config(run / "search.yaml", require_space=True)
     except ConfigError as exc:

@@ -109,6 +109,83 @@ def check_tune_state(tune_dir: Path, *, command: str) -> None:
         )
 
 
+def check_search_state(out: Path, *, journal: str, tune_dir: str, command: str) -> None:
+    """Refuse, before Ray or MLflow start, a resume whose own state is missing or damaged.
+
+    Without this, a deleted ``tune/`` failed after Ray and MLflow had started, a deleted journal
+    raised a KeyError from the searcher, and a journal with a damaged line in its middle trained for
+    seconds and then printed Optuna's JSONDecodeError tracebacks. A journal whose *last* line was
+    cut short (a kill during Optuna's append) is what Optuna itself skips when reading; it is
+    dropped here, and kept beside the journal, because Optuna's next append would glue a new
+    record to it and damage the journal for good.
+
+    Raises:
+        TuningError: naming the file and what to do.
+    """
+    tune_state = out / tune_dir
+    journal_path = out / journal
+    again = f"its finished trials stay in {out}; start {command} again with another --out"
+    if journal_path.exists() and not tune_state.is_dir():
+        raise TuningError(f"{tune_state}: missing (Ray Tune's state of the search), so it cannot be resumed; {again}")
+    uses_journal = any(tune_state.glob("searcher-state-*.pkl"))
+    if uses_journal and not journal_path.is_file():
+        raise TuningError(
+            f"{journal_path}: missing (the Optuna study: every trial sampled so far), so the search cannot be resumed; "
+            f"{again}"
+        )
+    if journal_path.is_file():
+        _journal_records(journal_path, again)
+
+
+def _journal_records(path: Path, again: str) -> tuple[list[bytes], bytes]:
+    """An Optuna journal's whole records and the torn bytes after them (``b""`` when none).
+
+    Raises:
+        TuningError: a record before the last is damaged (Optuna cannot read past it).
+    """
+    from distmis.files import refuse_link
+
+    refuse_link(path, what="Optuna journal")
+    lines = path.read_bytes().split(b"\n")
+    whole, torn = lines[:-1], lines[-1]  # the text after the last newline is a record cut short, if any
+    for number, line in enumerate(whole, start=1):
+        try:
+            json.loads(line)
+        except ValueError:
+            if number < len(whole):
+                raise TuningError(
+                    f"{path}: record {number} of {len(whole)} is not whole JSON, so Optuna cannot read the study; "
+                    f"{again}"
+                ) from None
+            torn, whole = line + b"\n" + torn, whole[:-1]
+    return whole, torn
+
+
+def mend_journal(path: Path) -> None:
+    """Drop a torn last record of an Optuna journal, keeping its bytes beside it (``<journal>.torn``).
+
+    Call only while holding the search's lock: a running search's append looks torn while it is
+    being written.
+    """
+    from distmis.files import atomic_file
+
+    if not path.is_file():
+        return
+    whole, torn = _journal_records(path, "start it again with another --out")
+    if not torn.strip():
+        return
+    kept = path.with_name(path.name + ".torn")
+    with atomic_file(kept) as tmp:
+        tmp.write_bytes(torn)
+    with atomic_file(path) as tmp:
+        tmp.write_bytes(b"".join(line + b"\n" for line in whole))
+    print(
+        f"distmis: {path}: its last record was cut short (a kill while Optuna wrote it); dropped it, as Optuna does "
+        f"when it reads the journal, keeping {len(whole)} whole record(s) (the torn bytes are in {kept.name})",
+        flush=True,
+    )
+
+
 def check_resume_config(out: Path, config: ExperimentConfig, space_file: Path | None, tracking_uri: str | None) -> None:
     """Refuse a resume whose configuration differs from the search's recorded ``search.yaml``.
 
@@ -170,6 +247,8 @@ __all__ = [
     "MAY_CHANGE",
     "check_resume_config",
     "check_resume_target",
+    "check_search_state",
+    "mend_journal",
     "differences",
     "read_recorded",
 ]

@@ -46,7 +46,13 @@ from distmis.tuning._phases import (
     tune_environment,
 )
 from distmis.tuning._results import SearchSummary, summarise
-from distmis.tuning._resume import check_resume_config, check_resume_target, check_tune_state
+from distmis.tuning._resume import (
+    check_resume_config,
+    check_resume_target,
+    check_search_state,
+    check_tune_state,
+    mend_journal,
+)
 from distmis.tuning._tracking import fail_search_tracking, finish_search_tracking, start_search_tracking
 from distmis.tuning._tuner import JOURNAL, TUNE_DIR, build_tuner, fit_quietly, trial_context, unfinished_trials
 
@@ -104,6 +110,7 @@ def check_search(
         )
         check_resume_config(out_dir, config, given, tracking_uri)
         check_tune_state(out_dir / TUNE_DIR, command="the search")
+        check_search_state(out_dir, journal=JOURNAL, tune_dir=TUNE_DIR, command="the search")
     return SearchPlan(config, out_dir, base_dir, given, resume)
 
 
@@ -133,6 +140,8 @@ def claimed(plan: SearchPlan) -> Iterator[OutputClaim]:
     """``--out`` for this search alone, from here to its end (:class:`~distmis.files.OutputClaim`):
     a new search's directory is created, marked and locked; a resumed one is locked."""
     with OutputClaim(plan.out, command="tune", option="--out", new=not plan.resume) as claim:
+        if plan.resume:
+            mend_journal(plan.out / JOURNAL)
         if not plan.resume and plan.space_file is not None:
             with claim.setting_up():
                 write_text_atomic(plan.out / "search.yaml", plan.space_file.read_text(encoding="utf-8"))
