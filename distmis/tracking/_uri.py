@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from distmis.redact import REDACTED, redact_uri
+from distmis.redact import REDACTED, redact_uri, without_redacted
 
 
 def default_tracking_uri(out: Path) -> str:
@@ -31,7 +31,7 @@ def reattach_uri(recorded: str, cli: str | None, config_uri: str | None, out: Pa
     given = resolve_tracking_uri(cli, config_uri, out)
     if redact_uri(given) == recorded:
         return given
-    return recorded.replace(f"{REDACTED}@", "", 1) if f"://{REDACTED}@" in recorded else recorded
+    return without_redacted(recorded) if REDACTED in recorded else recorded
 
 
 def mlflow_client(uri: str) -> Any:

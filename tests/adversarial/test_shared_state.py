@@ -328,8 +328,23 @@ def test_every_command_keeps_a_planted_password_out_of_its_output(assets: Assets
         (["cluster", "sbatch", "--no-venv", "--", "distmis", "tune", str(space), "--tracking-uri", pg], {}),
         (["validate", str(space), "--no-data"], {"MLFLOW_TRACKING_URI": uri}),
     ]
+    query = f"postgresql://127.0.0.1:{closed}/mlflow?sslmode=disable&password={SECRET}"
+    runs += [  # a secret in a URI's query string, and in the variables MLflow and databases read
+        (["tune", str(space), "--out", "f", "--tracking-uri", query], {}),
+        (["tune", str(space), "--out", "g", "--tracking-uri", f"http://127.0.0.1:{closed}/?token={SECRET}"], {}),
+        (["cluster", "sbatch", "--no-venv", "--", "distmis", "tune", str(space), "--tracking-uri", query], {}),
+        (["doctor"], {"MLFLOW_TRACKING_URI": f"http://127.0.0.1:{closed}/?access_token={SECRET}"}),
+        (
+            ["tune", str(space), "--out", "h", "--tracking-uri", f"http://127.0.0.1:{closed}"],
+            {"MLFLOW_TRACKING_PASSWORD": SECRET, "MLFLOW_TRACKING_USERNAME": "user", "MLFLOW_TRACKING_TOKEN": SECRET},
+        ),
+        (["doctor"], {"MLFLOW_TRACKING_URI": f"postgresql://user@127.0.0.1:{closed}/m", "PGPASSWORD": SECRET}),
+    ]
     for argv, extra in runs:
         result = run_distmis(argv, cwd=tmp_path, env={**env, **extra}, timeout=180)
         text = result.stdout + result.stderr
         assert SECRET not in text, f"distmis {' '.join(argv[:2])} printed the password:\n{text[-2000:]}"
         assert "Traceback" not in result.stderr, f"distmis {' '.join(argv[:2])}:\n{result.stderr[-2000:]}"
+    for path in tmp_path.rglob("*"):  # nor wrote it: logs, records, job files
+        if path.is_file() and not path.is_symlink():
+            assert SECRET.encode() not in path.read_bytes(), f"{path} holds the password"
