@@ -558,8 +558,9 @@ class OutputClaim:
                 remove_if_empty(self.created[:-1])
             raise
 
-    def __exit__(self, *exc: object) -> None:
-        self._lock.close()
+    def __exit__(self, *exc: Any) -> None:
+        # the lock sees the error too: a lock file made for a command that failed is removed again
+        self._lock.__exit__(*exc)
 
 
 @contextlib.contextmanager

@@ -72,6 +72,13 @@ def run(args: argparse.Namespace) -> int:
         fmt = lambda v: "-" if math.isnan(v) else f"{v:.4f}"
         table.add_row(metric, fmt(s["mean"]), fmt(s["median"]), str(s["undefined"]))
     Console().print(table)
+    seen = result.summary.get("seen_in_training", {})
+    for key, how in (("trained_on", "trained on"), ("validated_on", "chose its best epoch on")):
+        if seen.get(key):
+            print(
+                f"distmis: note: the model {how} {len(seen[key])} of these {result.summary['cases']} case(s) "
+                f"({', '.join(seen[key][:5])}{', ...' if len(seen[key]) > 5 else ''}): their scores are not test scores"
+            )
     print_network_time(result.outcomes, args.tta)
     print(f"results: {result.out} (metrics.csv, summary.json, cases.png, predictions/)")
     if result.mlflow_run_id:

@@ -436,13 +436,42 @@ def run_compare(
         check_comparison(plan)
     with OutputClaim(plan.out, command="compare", option="--out", new=not plan.resume) as claim:
         with claim.setting_up():
-            if plan.resume:  # the same comparison, not another file's
+            if plan.resume:  # the same comparison, not another file's, on the same splits
                 check_resume_config(plan.out, plan.config, plan.space_file, None)
+                check_modes_splits(plan)
             else:
                 write_text_atomic(plan.out / "search.yaml", plan.space_file.read_text(encoding="utf-8"))
             tracking, run_id = _start(plan, tracking_uri)
         records, failed = _run_modes(plan, tracking, run_id, address)
         return _conclude(plan, records, failed, tracking, run_id)
+
+
+def check_modes_splits(plan: ComparePlan) -> None:
+    """On ``--resume``: the data must still be split as when the modes' searches started (each
+    recorded its ``splits.json``), or the modes would be compared on different validation cases.
+
+    Raises:
+        DataError: naming the cases that moved.
+    """
+    from distmis.data import (
+        SPLITS_FILE,
+        CaseSplits,
+        check_same_splits,
+        load_manifest,
+        read_search_splits,
+        resolve_prepared,
+    )
+
+    started = [plan.out / m.name for m in plan.mode_plans if (plan.out / m.name / SPLITS_FILE).is_file()]
+    if not started:
+        return
+    prepared = resolve_prepared(plan.config.data, base_dir=plan.space_file.resolve().parent)
+    now = CaseSplits.of_manifest(load_manifest(prepared).info)
+    for mode_dir in started:
+        recorded = read_search_splits(mode_dir)
+        if recorded is not None:
+            where = f"the comparison's {mode_dir.name} search ({mode_dir / SPLITS_FILE})"
+            check_same_splits(recorded, now, recorded_in=where, data=prepared)
 
 
 def _run_modes(

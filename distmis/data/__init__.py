@@ -38,12 +38,17 @@ from distmis.data._prepare import (
     split_cases,
 )
 from distmis.data._resolve import resolve_prepared
+from distmis.data._splits import SPLITS_FILE, CaseSplits, check_same_splits, read_search_splits
 from distmis.data._synth import LABELS as SYNTH_LABELS
 from distmis.data._synth import synth_case, write_synthetic_msd
 from distmis.data._visualize import read_case, render_case
 
 __all__ = [
     "MANIFEST",
+    "SPLITS_FILE",
+    "CaseSplits",
+    "check_same_splits",
+    "read_search_splits",
     "NORMALIZATIONS",
     "SYNTH_LABELS",
     "Manifest",

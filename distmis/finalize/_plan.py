@@ -18,7 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from distmis.config import ExperimentConfig, load_config
-from distmis.data import cv_cases, fold_groups, load_manifest
+from distmis.data import (
+    SPLITS_FILE,
+    CaseSplits,
+    check_same_splits,
+    cv_cases,
+    fold_groups,
+    load_manifest,
+    read_search_splits,
+)
 from distmis.documents import read_json
 from distmis.exceptions import ConfigError, TuningError
 from distmis.files import check_location, marker_info
@@ -115,6 +123,10 @@ def plan_finalize(
             out_dir, what="finalize", resume_command="distmis finalize <original search> --out <original> --resume"
         )
     summary, config, prepared = _read_search(run)
+    recorded_splits = read_search_splits(run)
+    if recorded_splits is not None:  # the folds must come from the search's own train+val, its test untouched
+        now = CaseSplits.of_manifest(load_manifest(prepared).info)
+        check_same_splits(recorded_splits, now, recorded_in=f"the search {run} ({SPLITS_FILE})", data=prepared)
     recorded = out_dir / PLAN_FILE
     if recorded.is_file() and not resume:
         raise TuningError(f"{out_dir}: a finalize already exists here; pass --resume to continue it, or choose --out")

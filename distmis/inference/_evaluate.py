@@ -68,6 +68,45 @@ def raw_dataset(source: Path) -> Path:
     return source
 
 
+def check_model_splits(record: ModelRecord, source: Path) -> None:
+    """Refuse prepared data whose test split or train+val pool is not the one the model was made on.
+
+    Models record their training's case splits (``preprocessing.json``); fold models of a finalize
+    record their fold, so only moves across the test split count (:meth:`CaseSplits.moved`). A model
+    from before splits were recorded, or raw MSD data, cannot be checked.
+
+    Raises:
+        DataError: naming the cases that moved.
+    """
+    from distmis.data import CaseSplits, check_same_splits, load_manifest
+
+    recorded = record.singles[0].preprocessing.get("splits")
+    if not recorded or not (source / "info.json").is_file():
+        return
+    now = CaseSplits.of_manifest(load_manifest(source).info)
+    where = f"the model {record.directory} (its preprocessing.json)"
+    check_same_splits(CaseSplits.model_validate(recorded), now, recorded_in=where, data=source, pooled=True)
+
+
+def seen_in_training(record: ModelRecord, case_ids: list[str]) -> dict[str, list[str]]:
+    """Which of ``case_ids`` the model (any member of an ensemble) trained on, and which it chose its
+    best epoch on: a score on them is not a test score."""
+    from distmis.data import CaseSplits
+
+    trained: set[str] = set()
+    validated: set[str] = set()
+    for single in record.singles:
+        recorded = single.preprocessing.get("splits")
+        if recorded:
+            splits = CaseSplits.model_validate(recorded)
+            trained |= set(splits.train)
+            validated |= set(splits.val)
+    return {
+        "trained_on": [c for c in case_ids if c in trained],
+        "validated_on": [c for c in case_ids if c in validated - trained],
+    }
+
+
 def evaluation_cases(source: Path, split: str) -> list[MsdCase]:
     """The labelled raw cases of ``split``: from a prepared directory (``info.json``) or, for an
     MSD directory (``dataset.json``), every training case when ``split`` is ``all``."""
@@ -312,6 +351,7 @@ def evaluate(
     """
     model_dir, source = Path(model_dir), Path(source)
     record = read_model_record(model_dir)
+    check_model_splits(record, source)
     cases = evaluation_cases(source, split)
     out = Path(out) if out is not None else model_dir.parent / f"evaluate-{split}"
     check_output(out, option="--out", inputs={"model": model_dir, "data": source, "raw dataset": raw_dataset(source)})
@@ -335,6 +375,7 @@ def evaluate(
         summary = _summary(model_dir, source, split, len(cases), rows, failed, outcomes, options.resolved_patch(record))
         summary["options"].update(overlap=options.overlap, blend=options.blend, batch_size=options.batch_size)
         summary["options"]["tta"] = options.mirrored(record)
+        summary["seen_in_training"] = seen_in_training(record, [c.case_id for c in cases])
         if rows:
             _write_csv(tmp / "metrics.csv", rows)
             plot_cases(record, scored[:MAX_PICTURED], tmp / "cases.png")
@@ -386,6 +427,9 @@ def log_evaluation(model_dir: Path, out: Path, summary: dict[str, Any]) -> str |
         }
         if info.get("trial_run_id"):
             tags["distmis.trial_run_id"] = info["trial_run_id"]
+        seen = summary.get("seen_in_training", {})
+        tags["distmis.cases_seen_in_training"] = str(len(seen.get("trained_on", [])))
+        tags["distmis.cases_seen_in_validation"] = str(len(seen.get("validated_on", [])))
         run = client.create_run(info["experiment_id"], run_name=f"evaluate-{summary['split']}", tags=tags)
         run_id = run.info.run_id
         for key, value in summary["options"].items():

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from distmis.config import ExperimentConfig, dump_config
-from distmis.data import fold_view, load_manifest
+from distmis.data import CaseSplits, fold_view, load_manifest
 from distmis.exceptions import TrainingError
 from distmis.files import atomic_directory, atomic_file, ensure_directory, open_nofollow, write_json_atomic
 from distmis.metrics import (
@@ -73,6 +73,8 @@ def _preprocessing_record(manifest_info: dict[str, Any]) -> dict[str, Any]:
         "num_classes": manifest_info["num_classes"],
         "regions": manifest_info.get("regions"),
         **manifest_info["preprocessing"],
+        # the cases this model trained on, chose its best epoch on, and never saw (evaluate says so)
+        "splits": CaseSplits.of_manifest(manifest_info).model_dump(),
     }
 
 

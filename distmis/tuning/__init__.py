@@ -11,7 +11,13 @@ from distmis.tuning._phases import (
 )
 from distmis.tuning._progress import LiveProgress
 from distmis.tuning._results import SearchSummary, TrialRow, max_overlap, trial_rows
-from distmis.tuning._resume import check_resume_config, check_resumed_choices, check_tune_state, read_recorded
+from distmis.tuning._resume import (
+    check_resume_config,
+    check_resumed_choices,
+    check_tune_state,
+    mend_journal,
+    read_recorded,
+)
 from distmis.tuning._search import experiment_dir, plan_concurrency, run_search
 from distmis.tuning._searcher import OptunaSearcher, build_sampler
 from distmis.tuning._storage import remove_partials, tune_storage
@@ -23,6 +29,7 @@ from distmis.tuning._workers import TrialSession, TrialStart, WorkerGroup
 __all__ = [
     "STOP_REQUESTED",
     "read_recorded",
+    "mend_journal",
     "stop_on_walltime_warning",
     "TUNE_DIR",
     "RaySession",

@@ -29,7 +29,15 @@ from typing import TYPE_CHECKING
 
 from distmis.config import ExperimentConfig
 from distmis.exceptions import TuningError
-from distmis.files import OutputClaim, check_location, check_output, marker_info, refuse_link, write_text_atomic
+from distmis.files import (
+    OutputClaim,
+    check_location,
+    check_output,
+    marker_info,
+    refuse_link,
+    write_json_atomic,
+    write_text_atomic,
+)
 from distmis.locks import reader_lock
 from distmis.preflight import preflight
 from distmis.raysession import probe_address
@@ -148,6 +156,18 @@ def claimed(plan: SearchPlan) -> Iterator[OutputClaim]:
         yield claim
 
 
+def record_splits(out: Path, prepared: Path, *, resume: bool) -> None:
+    """A new search records its case splits (``splits.json``); a resumed one must find them unchanged."""
+    from distmis.data import SPLITS_FILE, CaseSplits, check_same_splits, load_manifest, read_search_splits
+
+    now = CaseSplits.of_manifest(load_manifest(prepared).info)
+    recorded = read_search_splits(out) if resume else None
+    if recorded is not None:
+        check_same_splits(recorded, now, recorded_in=f"the search {out} ({SPLITS_FILE})", data=prepared)
+    elif not resume or not (out / SPLITS_FILE).exists():
+        write_json_atomic(out / SPLITS_FILE, now.model_dump())
+
+
 def plan_concurrency(
     config: ExperimentConfig, cluster: dict[str, float], nodes: list[dict[str, float]] | None = None
 ) -> tuple[dict[str, float], int]:
@@ -220,6 +240,7 @@ def run_search(
             with timings.phase("data"):
                 prepared = prepared_data(config, plan.base_dir)
                 session.enter_context(reader_lock(prepared, option="data.source"))  # no prepare replaces it meanwhile
+                record_splits(plan.out, prepared, resume=plan.resume)
             with timings.phase("ray_and_tracking_start"):
                 ray_here, tracker, (per_trial, concurrency) = start_ray_and_tracking(
                     session,

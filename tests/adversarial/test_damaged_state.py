@@ -79,7 +79,7 @@ def test_a_finalize_plan_cut_short(assets: Assets, tmp_path: Path) -> None:
 
 
 def test_a_torn_last_journal_record_is_dropped_and_kept_and_the_study_goes_on(tmp_path: Path) -> None:
-    from distmis.tuning._resume import mend_journal
+    from distmis.tuning import mend_journal
 
     path = _journal(tmp_path / "optuna.journal")
     whole = path.read_bytes()
