@@ -174,10 +174,11 @@ class TrainConfig(_Section):
 
     @model_validator(mode="after")
     def _warmup_within_epochs(self) -> TrainConfig:
-        if self.warmup_epochs >= self.epochs and self.lr_schedule != "constant":
+        if self.warmup_epochs and self.warmup_epochs >= self.epochs:
+            after = "reach its peak" if self.lr_schedule == "constant" else f"decay ({self.lr_schedule}) after it"
             raise ValueError(
-                f"warmup_epochs ({self.warmup_epochs}) must be fewer than epochs ({self.epochs}) "
-                f"for the {self.lr_schedule} schedule to decay after it"
+                f"warmup_epochs ({self.warmup_epochs}) must be fewer than epochs ({self.epochs}): the learning rate "
+                f"would never {after}"
             )
         return self
 

@@ -83,7 +83,7 @@ def print_network_time(outcomes: list, tta: bool | None) -> None:
         print(f"network {network:.1f} s of {total:.1f} s predicting (--tta: about 8x the network time)")
 
 
-def report_failures(failed: list, what: str) -> int:
+def report_failures(failed: list, what: str, total: int | None = None) -> int:
     """Print the failed cases (one line each) and return the exit code: 1 when any failed."""
     if not failed:
         return 0
@@ -91,5 +91,6 @@ def report_failures(failed: list, what: str) -> int:
     for outcome in failed:
         first = (outcome.error or "").splitlines()[0] if outcome.error else "unknown error"
         print(f"  {outcome.case_id}: {first}", file=sys.stderr)
-    print(f"the other {what} were written.", file=sys.stderr)
+    if total is None or total > len(failed):
+        print(f"the other {what} were written.", file=sys.stderr)
     return 1

@@ -29,6 +29,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="continue an interrupted finalize with its recorded choices (finished folds are kept; a different --top, --folds, --seed or --no-* is refused)",
     )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace RUN/final when an earlier finalize wrote it (checked before any fold trains)",
+    )
     p.add_argument("--address", default=None, help="Ray cluster address (default: $RAY_ADDRESS, else a local Ray)")
     p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: the search's own store)")
     p.add_argument(
@@ -54,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         out=args.out,
         resume=args.resume,
+        overwrite=args.overwrite,
         address=args.address,
         tracking_uri=args.tracking_uri,
         # None: not given (the default, or on --resume the recorded finalize's choice)

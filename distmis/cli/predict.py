@@ -90,7 +90,7 @@ def _write_segmentations(args: argparse.Namespace, options: PredictOptions, out:
     ok = sum(o.ok for o in outcomes)
     print(f"{ok} of {len(outcomes)} case(s) written")
     print_network_time(outcomes, args.tta)
-    return report_failures([o for o in outcomes if not o.ok], "segmentations")
+    return report_failures([o for o in outcomes if not o.ok], "segmentations", total=len(outcomes))
 
 
 def _claim(out: Path, jobs: list[CaseJob]) -> list[Path] | None:

@@ -107,8 +107,8 @@ class _CompareTracking:
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
         self.uri, self.experiment = uri, experiment
-        self.client = mlflow_client(uri)
-        try:
+        try:  # the client itself imports the store's driver (a missing MySQLdb is a bad URI here)
+            self.client = mlflow_client(uri)
             self.experiment_id = call_within(START_SECONDS, lambda: experiment_id(self.client, uri, experiment))
         except Exception as exc:  # noqa: BLE001 - down, hanging, refusing, or a wrong URI
             raise TrackingError(

@@ -243,9 +243,10 @@ def geometry_difference(image_affine: np.ndarray, label_affine: np.ndarray) -> s
     return None
 
 
-def check_case_headers(case: MsdCase, num_modalities: int) -> None:
+def check_case_headers(case: MsdCase, num_modalities: int, *, expected_by: str = "dataset.json") -> None:
     """Check one case from the NIfTI headers alone (no voxel data read): modality count,
     image/label shape and geometry. Cheap enough to run on every case before any work starts.
+    ``expected_by``: who declares the modality count, for the message (a model, or dataset.json).
 
     Raises:
         DataError: naming both files and the difference.
@@ -257,7 +258,7 @@ def check_case_headers(case: MsdCase, num_modalities: int) -> None:
         raise DataError(f"{case.image}: expected a 3D or 4D image, got shape {shape}")
     if shape[-1] != num_modalities:
         raise DataError(
-            f"{case.image}: expected {num_modalities} modalities as declared in dataset.json, got "
+            f"{case.image}: expected {num_modalities} modalities as declared in {expected_by}, got "
             f"{shape[-1]} (shape {shape})"
         )
     if case.label is None:
@@ -405,8 +406,11 @@ def load_nifti(path: Path, *, dtype: type = np.float32) -> tuple[np.ndarray, np.
     return np.asarray(raw, dtype=dtype), img.affine, img.header
 
 
-def load_case_image(path: Path, num_modalities: int) -> tuple[np.ndarray, np.ndarray, object]:
-    """Load an image as (X, Y, Z, C) float32 and check its modality count and values."""
+def load_case_image(
+    path: Path, num_modalities: int, *, expected_by: str = "dataset.json"
+) -> tuple[np.ndarray, np.ndarray, object]:
+    """Load an image as (X, Y, Z, C) float32 and check its modality count (declared by
+    ``expected_by``, for the message: dataset.json, or the model that will read it) and values."""
     data, affine, header = load_nifti(path)
     if data.ndim == 3:
         data = data[..., np.newaxis]
@@ -414,7 +418,7 @@ def load_case_image(path: Path, num_modalities: int) -> tuple[np.ndarray, np.nda
         raise DataError(f"{path}: expected a 3D or 4D image, got shape {data.shape}")
     if data.shape[-1] != num_modalities:
         raise DataError(
-            f"{path}: expected {num_modalities} modalities as declared in dataset.json, got {data.shape[-1]} "
+            f"{path}: expected {num_modalities} modalities as declared in {expected_by}, got {data.shape[-1]} "
             f"(shape {data.shape})"
         )
     return data, affine, header  # finite and within float32: load_nifti checked it in the file's precision

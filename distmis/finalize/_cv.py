@@ -99,7 +99,7 @@ def out_of_fold(
         record = read_model_record(model_dir)
         predict = make_predict_fn(build_models(record), tta=plan.tta)
         for case in todo:
-            image = load_case_image(cases[case].image, record.channels)[0]
+            image = load_case_image(cases[case].image, record.channels, expected_by=f"the model {model_dir}")[0]
             probs = predict_probabilities(image, record, predict, options)
             with atomic_file(targets[case]) as tmp, open(tmp, "wb") as fh:
                 np.savez_compressed(fh, probabilities=probs.astype(np.float16))

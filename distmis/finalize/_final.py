@@ -58,6 +58,7 @@ def selection_record(plan: FinalizePlan, selection: Selection) -> dict[str, Any]
     by_name = {c.name: c for c in plan.candidates}
     return {
         "search": str(plan.run),
+        "finalize": str(plan.out),
         "folds": plan.folds,
         "fold_seed": plan.seed,
         "members": [

@@ -100,6 +100,7 @@ def plan_finalize(
     out: str | Path | None = None,
     final: str | Path | None = None,
     resume: bool = False,
+    overwrite: bool = False,
     tta: bool | None = None,
     pairs: bool | None = None,
     postprocess: bool | None = None,
@@ -118,6 +119,7 @@ def plan_finalize(
     given = {"top": top, "folds": folds, "seed": seed, "tta": tta, "pairs": pairs, "postprocess": postprocess}
     run = Path(run).resolve()
     out_dir = Path(out).resolve() if out else run / "finalize"
+    final_dir = Path(final).resolve() if final else run / "final"
     if resume:
         check_location(
             out_dir, what="finalize", resume_command="distmis finalize <original search> --out <original> --resume"
@@ -148,7 +150,7 @@ def plan_finalize(
     plan = FinalizePlan(
         run=run,
         out=out_dir,
-        final=Path(final).resolve() if final else run / "final",
+        final=final_dir,
         config=config,
         prepared=prepared,
         candidates=candidates,
@@ -162,7 +164,50 @@ def plan_finalize(
         search_tracking=_search_tracking(run),
     )
     check_fold_classes(plan)
+    check_final(final_dir, out_dir, resume=resume, overwrite=overwrite)
     return plan
+
+
+def check_final(final: Path, out: Path, *, resume: bool, overwrite: bool) -> None:
+    """Before any fold trains: the model's place can be written, is not the finalize's own directory,
+    and replaces an earlier model only with ``overwrite`` (or when this finalize wrote it, on
+    ``resume``).
+
+    Raises:
+        TuningError: naming ``final`` and what to do.
+    """
+    from distmis.files import check_replaceable, temporary_sibling
+
+    if final == out or final in out.parents or out in final.parents:
+        raise TuningError(
+            f"--out {out}: the finalize's own directory cannot hold or be its model {final}; choose another --out"
+        )
+    parent = final.parent
+    try:  # tried, not asked (os.access): root, read-only mounts and ACLs answer differently
+        temporary_sibling(final, directory=True).rmdir()
+    except OSError as exc:
+        raise TuningError(
+            f"{parent}: not writable ({exc.strerror}), so the model could not be written to {final} after the folds "
+            "have trained; make it writable, or finalize a copy of the search"
+        ) from None
+    if not (final.exists() or final.is_symlink()):
+        return
+    ours = resume and str(read_selection_of(final).get("finalize", "")) == str(out)
+    if not (overwrite or ours):
+        raise TuningError(
+            f"{final}: already holds the model of an earlier finalize (its report describes it); pass --overwrite "
+            "to replace it, or finalize into another search copy"
+        )
+    check_replaceable(final, option="the model directory", overwrite=True)
+
+
+def read_selection_of(final: Path) -> dict[str, Any]:
+    """``final/selection.json`` as far as it can be read (``{}``: none, or damaged)."""
+    try:
+        data = json.loads((final / "selection.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _read_search(run: Path) -> tuple[dict[str, Any], ExperimentConfig, Path]:
@@ -229,9 +274,16 @@ def _check_fold_sizes(config: ExperimentConfig, groups: list[list[str]], candida
         batch = trial.train.batch_size_per_replica * trial.parallelism.workers_per_trial
         smallest = total - max(len(g) for g in groups)
         if smallest < batch:
+            # a fold trains on the other folds' cases: more folds, more training cases per fold
+            enough = next((f for f in range(len(groups) + 1, total + 1) if total - math.ceil(total / f) >= batch), None)
+            advice = (
+                f"use more folds (--folds {enough} trains each fold on {total - math.ceil(total / enough)})"
+                if enough
+                else f"the search's {total} train+val cases are too few for that batch"
+            )
             raise TuningError(
                 f"--folds {len(groups)}: a fold trains on {smallest} case(s), fewer than one global batch of {batch} "
-                f"({c.name}: train.batch_size_per_replica x workers); use fewer folds"
+                f"({c.name}: train.batch_size_per_replica x workers); {advice}, or a smaller batch"
             )
 
 

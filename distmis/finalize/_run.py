@@ -42,6 +42,7 @@ from distmis.tuning import (
     fit_quietly,
     plan_concurrency,
     start_ray_and_tracking,
+    stop_on_signals,
     trial_context,
     trial_rows,
     tune_environment,
@@ -83,6 +84,7 @@ def run_finalize(
     seed: int | None = None,
     out: str | Path | None = None,
     resume: bool = False,
+    overwrite: bool = False,
     address: str | None = None,
     tracking_uri: str | None = None,
     tta: bool | None = None,
@@ -110,11 +112,13 @@ def run_finalize(
                 seed=seed,
                 out=out,
                 resume=resume,
+                overwrite=overwrite,
                 tta=tta,
                 pairs=pairs,
                 postprocess=postprocess,
             )
             config = fold_config(plan)
+            check_finalize_store(plan, tracking_uri)
             probe_address(address)  # a dead address is named before the output is touched
             session.enter_context(reader_lock(plan.prepared, option="the search's data"))  # not replaced meanwhile
         tune_environment()
@@ -140,6 +144,34 @@ def run_finalize(
             fail_search_tracking(tracker, config, f"{type(exc).__name__}: {exc}")
             raise
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def check_finalize_store(plan: FinalizePlan, tracking_uri: str | None) -> None:
+    """Before anything trains: the finalize's run goes under the search's parent run, so into the
+    search's own store; a ``--tracking-uri`` naming another store is refused, and so is a search
+    whose local SQLite store is gone (a new, empty one would hold a run whose parent is nowhere).
+
+    Raises:
+        TrackingError: naming the store.
+    """
+    from distmis.exceptions import TrackingError
+    from distmis.redact import redact_uri, without_redacted
+
+    recorded = plan.search_tracking.get("tracking_uri")
+    if not recorded:
+        return
+    if tracking_uri and redact_uri(tracking_uri) != recorded:
+        raise TrackingError(
+            f"--tracking-uri {redact_uri(tracking_uri)}: the search's runs are in {recorded}, and the finalize's run "
+            "nests under the search's; leave --tracking-uri out, or give the same store (with its credentials)"
+        )
+    if recorded.startswith("sqlite:///"):
+        database = Path(without_redacted(recorded).removeprefix("sqlite:///"))
+        if not database.is_file():
+            raise TrackingError(
+                f"{database}: the search's MLflow store is gone, so the finalize's run cannot go under the search's "
+                "run; restore it, or finalize a search whose store exists"
+            )
 
 
 def start_finalize_tracking(plan: FinalizePlan, config: ExperimentConfig, tracking_uri: str | None) -> SearchTracker:
@@ -196,6 +228,7 @@ def _finalize(
     if not STOP_REQUESTED.is_set():
         with timings.phase("trials"):
             grid = fit_quietly(tuner, plan.out / "tune.log", verbose=verbose, ray_here=ray_here)
+    stop_on_signals()
     if grid is None or STOP_REQUESTED.is_set() or unfinished_trials(grid):
         tracker.channel.wait_empty(config.tracking.final_flush_seconds)  # the runs stay open for --resume
         print(f"distmis: finalize interrupted; continue it with: distmis finalize {plan.run} --resume", flush=True)
@@ -206,7 +239,23 @@ def _finalize(
         tracker.finish(metrics={}, tags={"distmis.error": f"fold trainings failed: {failed}"}, plots=[], files=[],
                        status="FAILED", wait_seconds=config.tracking.final_flush_seconds)  # fmt: skip
         return FinalizeResult(plan.out, None, failed_folds=failed)
-    return _conclude(plan, config, tracker, timings, fold_models)
+    try:
+        return _conclude(plan, config, tracker, timings, fold_models)
+    except _StopRequested:
+        tracker.channel.wait_empty(config.tracking.final_flush_seconds)  # the runs stay open for --resume
+        print(f"distmis: finalize interrupted; continue it with: distmis finalize {plan.run} --resume", flush=True)
+        timings.write(plan.out / "timings.json")
+        return FinalizeResult(plan.out, None, interrupted=True)
+
+
+class _StopRequested(Exception):
+    """Ctrl-C or the wall-time warning after the folds trained: stop between two steps (what is
+    done is on disk, and ``--resume`` goes on from there)."""
+
+
+def _unless_stopped() -> None:
+    if STOP_REQUESTED.is_set():
+        raise _StopRequested
 
 
 def _fold_models(
@@ -240,9 +289,15 @@ def _conclude(
     """Out-of-fold predictions, the choice, ``final/``, the report, the MLflow run's end."""
     from distmis.inference import read_model_record
 
+    def progress(what: str) -> None:
+        print(f"  out of fold: {what}", flush=True)
+        _unless_stopped()
+
+    _unless_stopped()
     with timings.phase("out_of_fold"):
         cases = raw_cases(plan)
-        oof = out_of_fold(plan, fold_models, cases, progress=lambda what: print(f"  out of fold: {what}", flush=True))
+        oof = out_of_fold(plan, fold_models, cases, progress=progress)
+    _unless_stopped()
     with timings.phase("selection"):
         record = read_model_record(next(iter(fold_models.values())))
         tables, per_case = single_tables(plan, record, cases, oof)

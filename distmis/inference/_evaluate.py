@@ -43,7 +43,7 @@ from distmis.files import (
 )
 from distmis.inference._metrics import METRICS, mask_metrics, summarise
 from distmis.inference._model import ModelRecord, read_model_record
-from distmis.inference._predict import CaseJob, CaseOutcome, PredictOptions, predict_cases
+from distmis.inference._predict import CaseJob, CaseOutcome, PredictOptions, model_declares, predict_cases
 
 _log = logging.getLogger(__name__)
 MAX_PICTURED = 4
@@ -292,7 +292,10 @@ def check_cases(cases: list[MsdCase], record: ModelRecord | None, listed_in: Pat
 
     for case in cases:
         check_case_files(case, listed_in)
-        check_case_headers(case, record.channels if record is not None else _channels(case))
+        if record is not None:
+            check_case_headers(case, record.channels, expected_by=model_declares(record))
+        else:
+            check_case_headers(case, _channels(case))
 
 
 def _channels(case: MsdCase) -> int:

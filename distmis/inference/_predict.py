@@ -97,6 +97,11 @@ class CaseOutcome:
 
 
 # --------------------------------------------------------------------------- one volume
+def model_declares(record: ModelRecord) -> str:
+    """Who expects a scan's channel count: the model, with its modalities (for errors)."""
+    return f"the model {record.directory} ({', '.join(record.preprocessing.get('modalities', []))})"
+
+
 def predict_probabilities(
     image: np.ndarray,
     record: ModelRecord,
@@ -169,7 +174,7 @@ def predict_case(
     network_before = getattr(predict, "seconds", 0.0)
     outcome = CaseOutcome(job.case_id, str(job.image), None, worker=f"{os.uname().nodename}:{os.getpid()}")
     try:
-        image, affine, header = load_case_image(job.image, record.channels)
+        image, affine, header = load_case_image(job.image, record.channels, expected_by=model_declares(record))
         outcome.shape = list(image.shape)
 
         def counted(done: int, total: int) -> None:

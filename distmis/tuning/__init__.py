@@ -1,6 +1,6 @@
 """Tuning: Ray Tune searches (Optuna TPE, random, grid; ASHA; resume) over the one trainable of every mode."""
 
-from distmis.tuning._interrupt import STOP_REQUESTED, stop_on_walltime_warning
+from distmis.tuning._interrupt import STOP_REQUESTED, stop_on_signals, stop_on_walltime_warning
 from distmis.tuning._phases import (
     RaySession,
     Timings,
@@ -31,6 +31,7 @@ __all__ = [
     "read_recorded",
     "mend_journal",
     "stop_on_walltime_warning",
+    "stop_on_signals",
     "TUNE_DIR",
     "RaySession",
     "Timings",

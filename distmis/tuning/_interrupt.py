@@ -23,6 +23,18 @@ def stop_on_walltime_warning() -> None:
     signal.signal(signal.SIGUSR1, lambda *_: STOP_REQUESTED.set())
 
 
+def stop_on_signals() -> None:
+    """After Tune has run, make both Ctrl-C and SIGUSR1 request a stop (checked between steps).
+
+    Tune leaves its own SIGINT handler in place when it returns, which only logs; work after the
+    trials (a finalize's out-of-fold predictions) would ignore Ctrl-C and the wall-time warning.
+    """
+    import signal
+
+    for sig in (signal.SIGUSR1, signal.SIGINT):
+        signal.signal(sig, lambda *_: STOP_REQUESTED.set())
+
+
 class InterruptWatch(Callback):
     """Notices that Tune was asked to stop (SIGUSR1 from the job script, SIGINT from Ctrl-C).
 
@@ -46,4 +58,4 @@ class InterruptWatch(Callback):
             signal.signal(sig, handler)
 
 
-__all__ = ["STOP_REQUESTED", "InterruptWatch", "stop_on_walltime_warning"]
+__all__ = ["STOP_REQUESTED", "InterruptWatch", "stop_on_signals", "stop_on_walltime_warning"]

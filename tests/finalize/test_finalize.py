@@ -154,7 +154,7 @@ def test_a_finalize_killed_mid_fold_resumes_without_training_a_fold_twice(search
     log = tmp_path / "finalize.log"
     proc = subprocess.Popen(
         [sys.executable, "-m", "distmis", "finalize", str(search), "--top", "1", "--folds", str(FOLDS), "--out",
-         str(out), "--no-tta"],
+         str(out), "--no-tta", "--overwrite"],
         env=clean_env(PYTHONUNBUFFERED="1"),
         stdout=open(log, "w"),
         stderr=subprocess.STDOUT,
@@ -191,7 +191,7 @@ def test_a_finalize_killed_mid_fold_resumes_without_training_a_fold_twice(search
     assert "--no-tta" not in errors[0]  # the recorded finalize had --no-tta too: not a difference
     after = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     assert sorted(str(p) for p in after.keys() ^ before.keys() | {p for p in before if after.get(p) != before[p]}) == []
-    resumed = _distmis("finalize", str(search), "--resume", "--out", str(out))
+    resumed = _distmis("finalize", str(search), "--resume", "--out", str(out), "--overwrite")
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     for path, text in finished.items():  # a finished fold was not trained again
         assert path.read_text() == text
@@ -307,3 +307,80 @@ def test_finalize_of_a_search_still_being_written_is_refused_naming_the_writer(s
     finally:
         holder.stdin.close()  # type: ignore[union-attr]
         holder.wait(timeout=60)
+
+
+def _final_of(search: Path) -> Path:
+    final = search / "final"
+    if not (final / "ensemble.json").is_file():
+        assert _distmis("finalize", str(search), "--top", "2", "--folds", str(FOLDS), "--overwrite").returncode == 0
+    return final
+
+
+def _one_error(result: subprocess.CompletedProcess[str]) -> str:
+    errors = [line for line in result.stderr.splitlines() if line.startswith("distmis: error:")]
+    assert result.returncode == 2 and len(errors) == 1, result.stdout[-1500:] + result.stderr[-1500:]
+    assert "Traceback" not in result.stderr
+    return errors[0]
+
+
+@pytest.mark.slow
+def test_finalize_checks_where_its_model_goes_before_any_fold_trains(search: Path, tmp_path: Path) -> None:
+    """Its own --out as the model, an earlier model without --overwrite, another store, a store that is
+    gone: each refused at once (no fold trained, nothing written), not after every fold has trained."""
+    final = _final_of(search)
+    before = _tree(final)
+    error = _one_error(_distmis("finalize", str(search), "--top", "1", "--folds", "2", "--out", str(final)))
+    assert "cannot hold or be its model" in error, error
+    error = _one_error(_distmis("finalize", str(search), "--top", "1", "--folds", "2", "--out", str(tmp_path / "b")))
+    assert "already holds the model of an earlier finalize" in error and "--overwrite" in error, error
+    assert not (tmp_path / "b").exists() and _tree(final) == before
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    args = ["--top", "1", "--folds", "2", "--out", str(tmp_path / "c"), "--overwrite", "--tracking-uri", other]
+    error = _one_error(_distmis("finalize", str(search), *args))
+    assert "the search's runs are in" in error, error
+    assert not (tmp_path / "c").exists() and not (tmp_path / "other.db").exists()
+    copy = tmp_path / "copy"
+    shutil.copytree(search, copy, ignore=shutil.ignore_patterns("finalize", "final"))
+    state = json.loads((copy / "mlflow.json").read_text())
+    state["tracking_uri"] = f"sqlite:///{tmp_path / 'gone' / 'mlflow.db'}"
+    (copy / "mlflow.json").write_text(json.dumps(state))
+    error = _one_error(_distmis("finalize", str(copy), "--top", "1", "--folds", "2"))
+    assert "the search's MLflow store is gone" in error, error
+    assert not (copy / "finalize").exists() and not (tmp_path / "gone").exists()
+
+
+@pytest.mark.slow
+def test_a_wall_time_warning_during_the_out_of_fold_predictions_stops_finalize_resumably(
+    search: Path, tmp_path: Path
+) -> None:
+    """SIGUSR1 (or Ctrl-C) after the folds trained: exit 75 between two cases, and --resume finishes."""
+    out = tmp_path / "finalize"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "distmis", "finalize", str(search), "--top", "1", "--folds", "2", "--out", str(out),
+         "--no-tta", "--overwrite"],
+        env=clean_env(PYTHONUNBUFFERED="1"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    seen: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            seen.append(line)
+            if "out of fold:" in line:
+                # frozen while the signal is queued: it is handled before the next step's check
+                os.kill(proc.pid, signal.SIGSTOP)
+                os.kill(proc.pid, signal.SIGUSR1)
+                os.kill(proc.pid, signal.SIGCONT)
+                break
+        seen += proc.stdout.readlines()
+        assert proc.wait(timeout=300) == 75, "".join(seen[-40:])
+    finally:
+        stop_group(proc, timeout=5)
+    assert "finalize interrupted; continue it with" in "".join(seen), "".join(seen[-20:])
+    assert not (out / "cv.csv").exists()
+    resumed = _distmis("finalize", str(search), "--resume", "--out", str(out), "--overwrite")
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert (out / "cv.csv").is_file() and (search / "final" / "ensemble.json").is_file()

@@ -60,6 +60,7 @@ def test_training_follows_the_schedule_and_a_restore_keeps_its_place(prepared16:
     assert restored.current_lr() == pytest.approx(second.lr, rel=1e-6)
 
 
-def test_a_warmup_longer_than_the_run_is_refused() -> None:
+@pytest.mark.parametrize("schedule", ["poly", "cosine", "constant"])
+def test_a_warmup_longer_than_the_run_is_refused(schedule: str) -> None:
     with pytest.raises(ValueError, match="warmup_epochs"):
-        ExperimentConfig.model_validate({"train": {"epochs": 3, "warmup_epochs": 3, "lr_schedule": "poly"}})
+        ExperimentConfig.model_validate({"train": {"epochs": 3, "warmup_epochs": 3, "lr_schedule": schedule}})
