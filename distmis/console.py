@@ -11,6 +11,7 @@ terminal. ``--verbose`` keeps everything on the console, as before.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sys
 from collections.abc import Iterator
@@ -57,6 +58,11 @@ def quiet_output(log_path: Path, *, verbose: bool) -> Iterator[Path | None]:
     _console, _notices = Console(file=terminal), notices
     try:
         yield log_path
+    except OSError as exc:
+        # a print on a full disk fails writing this log, and says no file: the user is told which
+        if exc.filename is None and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise OSError(exc.errno, exc.strerror, str(log_path)) from exc
+        raise
     finally:
         sys.stdout.flush()
         sys.stderr.flush()

@@ -49,7 +49,8 @@ def mlflow_client(uri: str) -> Any:
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # read when mlflow is imported
     # "Creating initial MLflow database tables..." on every new store: not for the console
-    logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
+    # nor its SQLAlchemy tracebacks when the store's disk is full: the sender retries and warns once
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
     from mlflow.tracking import MlflowClient
 
     return MlflowClient(tracking_uri=uri)

@@ -48,16 +48,22 @@ class _WholeFile:
     def write(self, data: Any) -> int:
         try:
             return self._file.write(data)
-        except BaseException:
+        except BaseException as exc:
             self._failed = True  # a full disk: the file under its name stays as it was
-            raise
+            raise self._naming(exc) from exc
 
     def flush(self) -> None:
         try:
             self._file.flush()
-        except BaseException:
+        except BaseException as exc:
             self._failed = True
-            raise
+            raise self._naming(exc) from exc
+
+    def _naming(self, exc: BaseException) -> BaseException:
+        """A write's OS error names no file; the one line the user sees must say which."""
+        if isinstance(exc, OSError) and exc.filename is None and exc.errno is not None:
+            return OSError(exc.errno, exc.strerror, str(self._path))
+        return exc
 
     def tell(self) -> int:
         return self._file.tell()
@@ -71,9 +77,9 @@ class _WholeFile:
             return
         try:
             self._file.close()
-        except BaseException:
+        except BaseException as exc:
             self._failed = True
-            raise
+            raise self._naming(exc) from exc
         finally:
             if self._failed:
                 self._partial.unlink(missing_ok=True)

@@ -46,6 +46,7 @@ def _fake_search(ws: Workspace, name: str, space_text: str) -> Path:
     (out / ".distmis-output").write_text(json.dumps({"written_by": "distmis tune", "version": "0.1.0"}) + "\n")
     (out / "search.yaml").write_text(space_text)
     (out / "optuna.journal").write_text("")
+    (out / "tune").mkdir()
     return out
 
 
@@ -230,18 +231,25 @@ def test_every_file_a_search_writes_is_opened_without_following_a_link(assets: A
         assert at.is_symlink() or os.path.relpath(at, run) in refused, at
 
 
-def test_prepare_and_evaluate_open_nothing_through_a_link(assets: Assets, tmp_path: Path) -> None:
+def test_prepare_train_evaluate_and_predict_open_nothing_through_a_link(assets: Assets, tmp_path: Path) -> None:
     ws = Workspace(tmp_path / "ws", assets)
     ws.dir.mkdir()
     raw = ws.raw()
     log = tmp_path / "audit.jsonl"
-    argv = ["prepare", str(raw), "prepared", "--shape", "16,16,16", "--split", "0.5,0.25,0.25", "--shards", "1"]
-    rc, output = _audited(argv, ws, ws.dir, log)
-    assert rc == 0, output
-    ws.model()
-    argv = ["evaluate", "model", "prepared", "--split", "test", "--no-track", "--out", "scores"]
-    rc, output = _audited(argv, ws, ws.dir, log)
-    assert rc == 0, output
+    config = ws.file(
+        "train.yaml",
+        "name: m\ndata: {source: prepared}\ntrain: {epochs: 1, batch_size_per_replica: 1, patch: [16, 16, 16]}\n"
+        "model: {depth: 2, filters: 4, norm: none}\n",
+    )
+    for argv in (
+        ["prepare", str(raw), "prepared", "--shape", "16,16,16", "--split", "0.5,0.25,0.25", "--shards", "1"],
+        ["train", str(config), "--out", "run"],
+        ["evaluate", "run/best", "prepared", "--split", "test", "--no-track", "--out", "scores"],
+        ["predict", "run/best", str(raw / "imagesTs"), "--out", "segs"],
+    ):
+        rc, output = _audited(argv, ws, ws.dir, log)
+        assert rc == 0, output
     records = _records(log)
-    assert any("scores" in r["path"] for r in records) and any("prepared" in r["path"] for r in records)
+    for written in ("/prepared", "run/metrics.csv", "/scores", "segs/"):
+        assert any(written in r["path"] for r in records), f"nothing recorded under {written}"
     assert not _unsafe_opens(records, ws.dir), _unsafe_opens(records, ws.dir)

@@ -258,3 +258,29 @@ def test_a_search_whose_bookkeeping_meets_a_full_disk_fails_clearly_and_resumes(
         assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
         assert len(read_results(out)) == 1 and (out / "best" / "weights.npz").is_file()
         assert client.get_run(parent.info.run_id).info.status == "FINISHED"
+
+
+def test_a_full_disk_that_also_holds_the_sqlite_store_gives_one_line_and_no_traceback(
+    prepared16: Path, tmp_path: Path
+) -> None:
+    """MLflow's SQLAlchemy store logged its own traceback when the disk it shares with the search
+    filled, before distmis's one error line; a print into the full tune.log named no file."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("needs root and mount to make a small tmpfs")
+    path = space_file(tmp_path, prepared16, name="fullstore", algorithm="random", samples=1, epochs=1,
+                      concurrency=1, space={"lr": {"loguniform": [3.0e-3, 2.0e-2]}})  # fmt: skip
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    done = _run("tune", str(path), "--out", str(probe / "out"), "--tracking-uri", f"sqlite:///{probe / 'mlflow.db'}")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    written = sum(pages(p) for p in probe.rglob("*") if p.is_file())
+    with small_disk(tmp_path / "disk", f"{written * 2 // 3 // 1024}k") as disk:  # two thirds of what it needs
+        result = _run(
+            "tune", str(path), "--out", str(disk / "out"), "--tracking-uri", f"sqlite:///{disk / 'mlflow.db'}"
+        )
+        assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+        errors = [line for line in result.stderr.splitlines() if line.startswith("distmis: error:")]
+        assert len(errors) == 1, result.stderr[-3000:]
+        assert "ENOSPC" in errors[0] or "disk is full" in errors[0], errors[0]
+        assert str(disk) in errors[0], errors[0]
+        assert "Traceback" not in result.stdout + result.stderr, (result.stdout + result.stderr)[-3000:]
