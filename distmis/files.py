@@ -95,12 +95,15 @@ def check_location(directory: Path, *, what: str, resume_command: str) -> None:
     checkpoints into the original's ``tune/``. A directory without a recorded location (made
     by an older distmis) cannot be checked and is accepted.
 
+    ``resume_command`` names the original as ``<original>``; it is filled in.
+
     Raises:
         OutputError: naming both places and how to continue.
     """
     recorded = (marker_info(directory) or {}).get("location")
     if not isinstance(recorded, str) or not recorded:
         return
+    resume_command = resume_command.replace("<original>", recorded)
     here = Path(directory).resolve()
     if Path(recorded) == here:
         return
