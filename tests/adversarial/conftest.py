@@ -170,6 +170,19 @@ class Workspace:
         )
 
 
+def fake_search(ws: Workspace, name: str, space_text: str, *, tune: bool = False) -> Path:
+    """A search directory as ``distmis tune`` leaves it once started (marker, search.yaml, journal;
+    ``tune``: Ray Tune's state directory too, which a resume needs beside the journal)."""
+    out = ws.dir / name
+    out.mkdir()
+    (out / ".distmis-output").write_text(json.dumps({"written_by": "distmis tune", "version": "0.1.0"}) + "\n")
+    (out / "search.yaml").write_text(space_text)
+    (out / "optuna.journal").write_text("")
+    if tune:
+        (out / "tune").mkdir()
+    return out
+
+
 def snapshot(root: Path) -> dict[str, str]:
     """Relative path -> sha256 of every file (and a marker for every directory) under ``root``."""
     found: dict[str, str] = {}

@@ -20,7 +20,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import ERROR_PREFIX, Assets, Workspace, check_case, run_distmis, snapshot
+from conftest import ERROR_PREFIX, Assets, Workspace, check_case, fake_search, run_distmis, snapshot
 
 pytestmark = pytest.mark.slow
 
@@ -40,16 +40,6 @@ def _link(at: Path, target: Path) -> Path:
     return at
 
 
-def _fake_search(ws: Workspace, name: str, space_text: str) -> Path:
-    out = ws.dir / name
-    out.mkdir()
-    (out / ".distmis-output").write_text(json.dumps({"written_by": "distmis tune", "version": "0.1.0"}) + "\n")
-    (out / "search.yaml").write_text(space_text)
-    (out / "optuna.journal").write_text("")
-    (out / "tune").mkdir()
-    return out
-
-
 # --------------------------------------------------------------------------- a link at each lock
 def test_a_fresh_search_into_an_empty_directory_with_a_linked_lock(assets: Assets, tmp_path: Path) -> None:
     ws = Workspace(tmp_path, assets)
@@ -61,7 +51,7 @@ def test_a_fresh_search_into_an_empty_directory_with_a_linked_lock(assets: Asset
 def test_a_resumed_search_with_a_linked_lock(assets: Assets, tmp_path: Path) -> None:
     ws = Workspace(tmp_path, assets)
     space = ws.search("  lr: {loguniform: [1.0e-3, 1.0e-2]}\n")
-    run = _fake_search(ws, "run", space.read_text())
+    run = fake_search(ws, "run", space.read_text(), tune=True)
     _link(run / ".distmis-lock", _victim(ws))
     check_case("tune_resume_lock_link", "links", ws, ["tune", str(space), "--out", "run", "--resume"], ".distmis-lock")
 
@@ -77,7 +67,7 @@ def test_prepare_with_a_linked_sibling_lock(assets: Assets, tmp_path: Path) -> N
 def test_finalize_of_a_search_whose_lock_is_a_link(assets: Assets, tmp_path: Path) -> None:
     ws = Workspace(tmp_path, assets)
     space = ws.search("  lr: {loguniform: [1.0e-3, 1.0e-2]}\n")
-    run = _fake_search(ws, "run", space.read_text())
+    run = fake_search(ws, "run", space.read_text(), tune=True)
     _link(run / ".distmis-lock", _victim(ws))
     check_case("finalize_lock_link", "links", ws, ["finalize", "run"], ".distmis-lock")
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 import pytest
-from conftest import Assets, Workspace, check_case, run_distmis
+from conftest import Assets, Workspace, check_case, fake_search, run_distmis
 from raycluster import free_port
 
 pytestmark = pytest.mark.slow
@@ -40,21 +40,11 @@ def _closed_port() -> int:
     return free_port()
 
 
-def _fake_search(ws: Workspace, name: str, space_text: str) -> Path:
-    """A search directory as ``distmis tune`` leaves it once started (marker, search.yaml, journal)."""
-    out = ws.dir / name
-    out.mkdir()
-    (out / ".distmis-output").write_text(json.dumps({"written_by": "distmis tune", "version": "0.1.0"}) + "\n")
-    (out / "search.yaml").write_text(space_text)
-    (out / "optuna.journal").write_text("")
-    return out
-
-
 # --------------------------------------------------------------------------- shared state
 @case("state")
 def resume_with_another_space_file(ws: Workspace):
     original = ws.search("  lr: {loguniform: [1.0e-3, 1.0e-2]}\n", name="first.yaml")
-    _fake_search(ws, "run", original.read_text())
+    fake_search(ws, "run", original.read_text())
     other = ws.file("second.yaml", original.read_text().replace("epochs: 1", "epochs: 3").replace("1.0e-2", "5.0e-2"))
     return ["tune", str(other), "--out", "run", "--resume"], "train.epochs"
 
@@ -63,7 +53,7 @@ def resume_with_another_space_file(ws: Workspace):
 def resume_from_tune_state_cut_short(ws: Workspace):
     # a search killed while Ray Tune wrote its state: Tune alone would start the search over
     space = ws.search("  lr: {loguniform: [1.0e-3, 1.0e-2]}\n")
-    run = _fake_search(ws, "run", space.read_text())
+    run = fake_search(ws, "run", space.read_text())
     (run / "tune").mkdir()
     (run / "tune" / "experiment_state-2026-11-01_10-00-00.json").write_text('{"trial_data": [["{\\"status')
     return ["tune", str(space), "--out", "run", "--resume"], "experiment_state-2026-11-01_10-00-00.json"
@@ -73,7 +63,7 @@ def resume_from_tune_state_cut_short(ws: Workspace):
 def resume_from_an_empty_searcher_state(ws: Workspace):
     # what a SIGKILL during Tune's copy of its state left in CI: an empty basic-variant-state
     space = ws.search("  lr: {loguniform: [1.0e-3, 1.0e-2]}\n")
-    run = _fake_search(ws, "run", space.read_text())
+    run = fake_search(ws, "run", space.read_text())
     (run / "tune").mkdir()
     (run / "tune" / "experiment_state-2026-11-01_10-00-00.json").write_text('{"trial_data": []}')
     (run / "tune" / "basic-variant-state-2026-11-01_10-00-00.json").write_bytes(b"")
@@ -83,7 +73,7 @@ def resume_from_an_empty_searcher_state(ws: Workspace):
 @case("state")
 def resume_with_another_metric(ws: Workspace):
     original = ws.search("  lr: {loguniform: [1.0e-3, 1.0e-2]}\n", name="first.yaml")
-    _fake_search(ws, "run", original.read_text())
+    fake_search(ws, "run", original.read_text())
     other = ws.file("second.yaml", original.read_text() + "search: {metric: val_iou}\n")
     return ["tune", str(other), "--out", "run", "--resume"], "search.metric"
 
@@ -104,7 +94,7 @@ def resume_a_comparison_mode_with_tune(ws: Workspace):
     cmp = ws.dir / "cmp"
     cmp.mkdir()
     (cmp / "compare.json").write_text("{}")
-    _fake_search(ws, "cmp/experiment", space.read_text())
+    fake_search(ws, "cmp/experiment", space.read_text())
     return ["tune", str(space), "--out", "cmp/experiment", "--resume"], "distmis compare"
 
 
