@@ -29,7 +29,7 @@ class LiveProgress(Callback):
         self._started = time.time()
         self._running: dict[str, dict[str, Any]] = {}
         self._ended: dict[str, str] = {}  # trial id -> finished | stopped | failed
-        self._best: tuple[float, str, int] | None = None  # value, trial, epoch
+        self._best_of: dict[str, tuple[float, int]] = {}  # trial -> its best value and epoch; failed ones dropped
         self._epoch_seconds: list[float] = []
 
     # Tune pickles callbacks into its experiment state; the view is rebuilt where it is needed
@@ -63,10 +63,11 @@ class LiveProgress(Callback):
         if epoch <= 0 or value is None or (isinstance(value, float) and math.isnan(value)):
             return
         row.update(epoch=epoch, value=float(value))
+        if result.get(FAILURE):  # a diverged epoch's score is no score
+            return
         if row["best"] is None or self._better(float(value), row["best"]):
             row["best"] = float(value)
-        if self._best is None or self._better(float(value), self._best[0]):
-            self._best = (float(value), trial.trial_id, epoch)
+            self._best_of[trial.trial_id] = (float(value), epoch)
         if result.get("epoch_seconds"):
             self._epoch_seconds.append(float(result["epoch_seconds"]))
         self._refresh()
@@ -89,10 +90,21 @@ class LiveProgress(Callback):
     def _better(self, a: float, b: float) -> bool:
         return a > b if self.mode == "max" else a < b
 
+    def _leader(self) -> tuple[float, str, int] | None:
+        if not self._best_of:
+            return None
+        pick = max if self.mode == "max" else min
+        trial_id = pick(self._best_of, key=lambda t: self._best_of[t][0])
+        value, epoch = self._best_of[trial_id]
+        return value, trial_id, epoch
+
     def _end(self, trial: Any, how: str, reason: str | None) -> None:
         row = self._running.pop(trial.trial_id, {})
         self._ended[trial.trial_id] = how
         best = row.get("best")
+        if how == "failed":  # a failed trial is never the best, whatever it scored before it failed
+            self._best_of.pop(trial.trial_id, None)
+            best = None
         text = (
             f"trial {trial.trial_id} {how}"
             + (f" after epoch {row.get('epoch', 0)}" if how == "stopped" else "")
@@ -138,8 +150,9 @@ class LiveProgress(Callback):
         for trial_id, row in sorted(self._running.items()):
             fmt = lambda v: "-" if v is None else f"{v:.4f}"
             table.add_row(trial_id, f"{row['epoch']}/{self.epochs}", fmt(row["value"]), fmt(row["best"]))
-        if self._best is not None:
-            value, trial_id, epoch = self._best
+        leader = self._leader()
+        if leader is not None:
+            value, trial_id, epoch = leader
             best = Text(f"best so far: trial {trial_id}, {self.metric} {value:.4f} at epoch {epoch}")
         else:
             best = Text("best so far: -")

@@ -36,7 +36,8 @@ def test_a_search_whose_every_trial_diverges_fails_and_cannot_be_finalized(asset
     detail = result.stdout[-2500:] + result.stderr[-2500:]
     assert result.returncode == 1, detail
     assert "every trial failed (2 of 2)" in result.stdout, detail
-    assert "0 failed" not in result.stdout, detail
+    assert "(0 finished, 0 stopped early, 2 failed)" in result.stdout, detail
+    assert "best so far: -" in result.stdout, detail
     with open(ws.dir / "run" / "results.csv") as fh:
         rows = list(csv.DictReader(fh))
     assert [r["status"] for r in rows] == ["ERROR", "ERROR"], rows
