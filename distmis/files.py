@@ -444,6 +444,83 @@ def atomic_directory(
             raise
 
 
+#: the job record inside a resumable work directory: the options its cases were made with
+WORK_JOB = ".distmis-job.json"
+
+
+def partial_sibling(out: Path) -> Path:
+    """Where a resumable command keeps its unfinished output: a fixed, hidden name beside ``out``."""
+    return out.parent / f".{out.name}.distmis-partial"
+
+
+@contextlib.contextmanager
+def resumable_directory(
+    out: Path, *, command: str, overwrite: bool, resume: bool, job: dict[str, Any]
+) -> Iterator[Path]:
+    """:func:`atomic_directory` for long work that can be finished later: the work directory has a
+    fixed name (:func:`partial_sibling`) and outlives an interrupted run (Ctrl-C, a kill), so that
+    ``--resume`` goes on from what it holds. It is reused only with ``resume`` and when it was made
+    with the same ``job`` (the options); otherwise a fresh one replaces it. A failure other than an
+    interruption removes it, as :func:`atomic_directory` does.
+
+    Raises:
+        OutputError: ``out`` may not be replaced; the work directory is not distmis's; ``resume``
+            with a work directory made with other options.
+    """
+    out = Path(out)
+    check_replaceable(out, option="OUT", overwrite=overwrite)
+    parents = make_parents(out.parent if str(out.parent) else Path())
+    work = partial_sibling(out)
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(sibling_lock(out, command=command, option="OUT"))
+            if (out / LOCK_FILE).is_file():
+                held.enter_context(output_lock(out / LOCK_FILE, command=command, option="OUT", busy_hint=_READERS_HINT))
+            _open_work(work, resume=resume, job=job, command=command)
+        except BaseException:
+            remove_if_empty(parents)
+            raise
+        try:
+            yield work
+            (work / WORK_JOB).unlink()
+            write_marker(work, command)
+            check_replaceable(out, option="OUT", overwrite=overwrite)
+            replace_directory(work, out)
+        except KeyboardInterrupt:
+            raise  # the work is kept for --resume
+        except BaseException as exc:
+            shutil.rmtree(work, ignore_errors=True)
+            held.close()
+            remove_if_empty(parents)
+            _raise_naming(exc, out)
+            raise
+
+
+def _open_work(work: Path, *, resume: bool, job: dict[str, Any], command: str) -> None:
+    refuse_link(work, what=f"the unfinished {command} output")
+    if work.exists():
+        recorded = None
+        try:
+            refuse_link(work / WORK_JOB)
+            recorded = json.loads((work / WORK_JOB).read_text())
+        except (OSError, ValueError, OutputError):
+            raise OutputError(
+                f"{work}: exists but holds no {WORK_JOB} written by distmis {command}; remove it or choose another OUT"
+            ) from None
+        if resume and recorded == job:
+            return
+        if resume:
+            changed = sorted(k for k in set(job) | set(recorded or {}) if (recorded or {}).get(k) != job.get(k))
+            raise OutputError(
+                f"--resume: the unfinished {command} at {work} was started with other options ({', '.join(changed)}); "
+                "run it again with those options and --resume, or without --resume to start over"
+            )
+        shutil.rmtree(work)
+    ensure_directory(work)
+    with open_nofollow(work / WORK_JOB, "w") as fh:
+        json.dump(job, fh)
+
+
 _READERS_HINT = (
     "it is being read by a running distmis tune, train or finalize (a shared lock names no one); run this "
     "again once they have ended, or write to another place"

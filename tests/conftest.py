@@ -58,7 +58,7 @@ def prepared16(msd16: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     from distmis.data import prepare_dataset
 
     out = tmp_path_factory.mktemp("prep") / "prepared16"
-    prepare_dataset(msd16, out, shape=(16, 16, 16), split=(0.7, 0.15, 0.15), shards=2, seed=0, workers=2)
+    prepare_dataset(msd16, out, shape=(16, 16, 16), split=(0.7, 0.15, 0.15), seed=0, workers=2)
     return out
 
 

@@ -37,7 +37,7 @@ class _Parser(argparse.ArgumentParser):
 
 COMMANDS = {
     "synth": "write a synthetic MSD-layout NIfTI dataset",
-    "prepare": "MSD dataset -> sharded TFRecords + info.json",
+    "prepare": "MSD dataset -> chunked per-case arrays + info.json",
     "inspect": "fingerprint an MSD dataset: shapes, spacing, intensities, labels, warnings, a suggested patch",
     "visualize": "draw a prepared case (channels + label overlay) as PNG or GIF",
     "train": "train one configuration (no search)",

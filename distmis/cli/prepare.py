@@ -1,4 +1,4 @@
-"""Preprocess an MSD dataset (driven by its dataset.json) into sharded TFRecords and an info.json manifest.
+"""Preprocess an MSD dataset (driven by its dataset.json) into one chunked, compressed array per case and an info.json record.
 
 Per-channel z-score over non-zero voxels, crop/pad or trilinear resize to --shape, binary or
 multi-class labels, a deterministic train/val/test split. Written to a temporary directory
@@ -8,6 +8,7 @@ and renamed into place, so a failed or interrupted run leaves no OUT behind.
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from distmis.cli._common import (
     add_renamed_option,
@@ -39,7 +40,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="regions to train (--label-mode regions) or report: msd_task01 (WT, TC, ET) or 'WT=1,2,3;TC=2,3;ET=3'",
     )
     p.add_argument("--split", type=fractions3, default=(0.7, 0.15, 0.15), help="train,val,test fractions")
-    p.add_argument("--shards", type=positive_int, default=4, help="TFRecord shards per split (default 4)")
+    # every case is its own file now; the option stays so that older scripts still run
+    p.add_argument("--shards", type=positive_int, default=4, help=argparse.SUPPRESS)
     p.add_argument("--seed", type=nonnegative_int, default=0, help="split seed")
     add_renamed_option(p, "--workers", "--processes", type=positive_int, help="parallel processes (default: all cores)")
     p.add_argument(
@@ -51,27 +53,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "one for all channels or a comma-separated list, one per channel",
     )
     p.add_argument("--overwrite", action="store_true", help="replace an existing OUT (only one distmis wrote)")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="finish an interrupted prepare with the same options, keeping the cases it completed",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    from distmis.data import prepare_dataset
+    try:
+        with progress("preparing cases") as update:
+            manifest = _prepare(args, update)
+    except KeyboardInterrupt:
+        import shlex
+        import sys
 
-    with progress("preparing cases") as update:
-        manifest = prepare_dataset(
-            args.src,
-            args.out,
-            shape=args.shape,
-            resize=args.resize,
-            label_mode=args.label_mode,
-            split=args.split,
-            shards=args.shards,
-            seed=args.seed,
-            workers=args.processes,
-            overwrite=args.overwrite,
-            progress=update,
-            regions=args.regions,
-            normalization=args.normalization,
-        )
+        again = shlex.join(["distmis", "prepare", *sys.argv[2:]] + ([] if args.resume else ["--resume"]))
+        print(f"distmis: interrupted; the finished cases are kept: {again} prepares the rest", file=sys.stderr)
+        return 130
     from distmis.data import describe_normalisation
 
     counts = ", ".join(f"{k} {v['num_cases']}" for k, v in manifest["splits"].items())
@@ -79,3 +78,23 @@ def run(args: argparse.Namespace) -> int:
     for line in describe_normalisation(manifest["preprocessing"]["channel_normalisation"], manifest["modalities"]):
         print(f"  normalisation {line}")
     return 0
+
+
+def _prepare(args: argparse.Namespace, update: Any) -> dict[str, Any]:
+    from distmis.data import prepare_dataset
+
+    return prepare_dataset(
+        args.src,
+        args.out,
+        shape=args.shape,
+        resize=args.resize,
+        label_mode=args.label_mode,
+        split=args.split,
+        resume=args.resume,
+        seed=args.seed,
+        workers=args.processes,
+        overwrite=args.overwrite,
+        progress=update,
+        regions=args.regions,
+        normalization=args.normalization,
+    )

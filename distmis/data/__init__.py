@@ -1,17 +1,9 @@
-"""Data: MSD NIfTI datasets, synthetic data, preparation into TFRecords, tf.data loading."""
+"""Data: MSD NIfTI datasets, synthetic data, preparation into chunked per-case arrays, tf.data loading read on demand."""
 
+from distmis.data._cases import CaseReader
 from distmis.data._folds import cv_cases, fold_groups, fold_view, label_presence
 from distmis.data._inspect import fingerprint, overview_png
-from distmis.data._loader import (
-    Manifest,
-    augment,
-    eval_batches,
-    foreground_patch,
-    load_manifest,
-    make_dataset,
-    random_patch,
-    verify_shards,
-)
+from distmis.data._loader import PatchSampler, augment, eval_batches, make_dataset, verify_cases
 from distmis.data._msd import (
     MsdCase,
     MsdDataset,
@@ -29,7 +21,6 @@ from distmis.data._normalize import SCHEMES as NORMALIZATIONS
 from distmis.data._normalize import channel_schemes, normalize, zscore_nonzero
 from distmis.data._normalize import describe as describe_normalisation
 from distmis.data._prepare import (
-    MANIFEST,
     crop_or_pad,
     prepare_dataset,
     preprocess_image,
@@ -37,6 +28,7 @@ from distmis.data._prepare import (
     resample,
     split_cases,
 )
+from distmis.data._record import FORMAT, MANIFEST, Manifest, PreparedInfo, load_manifest
 from distmis.data._resolve import resolve_prepared
 from distmis.data._splits import SPLITS_FILE, CaseSplits, check_same_splits, read_search_splits
 from distmis.data._synth import LABELS as SYNTH_LABELS
@@ -52,6 +44,10 @@ __all__ = [
     "NORMALIZATIONS",
     "SYNTH_LABELS",
     "Manifest",
+    "PreparedInfo",
+    "PatchSampler",
+    "CaseReader",
+    "FORMAT",
     "MsdCase",
     "MsdDataset",
     "augment",
@@ -66,7 +62,6 @@ __all__ = [
     "fingerprint",
     "fold_groups",
     "fold_view",
-    "foreground_patch",
     "geometry_difference",
     "label_presence",
     "load_case_image",
@@ -80,7 +75,6 @@ __all__ = [
     "prepare_dataset",
     "preprocess_image",
     "preprocess_label",
-    "random_patch",
     "read_case",
     "read_dataset_json",
     "render_case",
@@ -88,7 +82,7 @@ __all__ = [
     "resolve_prepared",
     "split_cases",
     "synth_case",
-    "verify_shards",
+    "verify_cases",
     "write_synthetic_msd",
     "zscore_nonzero",
 ]

@@ -5,10 +5,9 @@ case ids, shuffled by the fold seed, dealt round-robin into ``folds`` groups, so
 disjoint, cover every train + validation case, differ in size by at most one, and are the same
 for the same ids, count and seed. Fold ``i`` validates on group ``i`` and trains on the others.
 
-A fold is a :class:`~distmis.data.Manifest` whose ``train`` and ``val`` splits list the shards
-of both original splits and the case ids to keep; the loader reads those shards and keeps the
-listed cases (before sharding across workers, so every worker gets an even share). Preparing
-each fold again would copy the dataset ``folds`` times.
+A fold is a :class:`~distmis.data.Manifest` whose ``train`` and ``val`` splits list its case
+ids; every case is its own file, so the loader reads them where they are. Preparing each fold
+again would copy the dataset ``folds`` times.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from distmis.data._loader import Manifest
+from distmis.data._record import Manifest
 from distmis.exceptions import DataError
 
 CV_SPLITS = ("train", "val")
@@ -55,42 +54,21 @@ def fold_view(manifest: Manifest, index: int, folds: int, seed: int) -> Manifest
         raise DataError(f"data.fold.index {index}: expected 0..{folds - 1}")
     val = groups[index]
     train = sorted(c for i, g in enumerate(groups) if i != index for c in g)
-    shards = [s for split in CV_SPLITS for s in manifest.info["splits"].get(split, {}).get("shards", [])]
     info: dict[str, Any] = copy.deepcopy(manifest.info)
     for name, cases in (("train", train), ("val", val)):
-        info["splits"][name] = {
-            "cases": cases,
-            "num_cases": len(cases),
-            "shards": copy.deepcopy(shards),
-            "selected": True,
-        }
+        info["splits"][name] = {"cases": cases, "num_cases": len(cases)}
     info["fold"] = {"index": index, "folds": folds, "seed": seed}
     return Manifest(root=manifest.root, info=info)
 
 
 def label_presence(manifest: Manifest, cases: list[str]) -> dict[str, set[int]]:
-    """The label values present in each of ``cases`` (read from the prepared records of the
-    train and validation splits; region and binary data keep their label values too)."""
-    from distmis.data._loader import verify_shards
-    from distmis.tensorflow_env import import_tensorflow
-
-    tf = import_tensorflow()
-    wanted = set(cases)
-    files = []
-    for split in CV_SPLITS:
-        verify_shards(manifest, split)
-        files += manifest.files(split)
-    spec = {"case_id": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.string)}
-    found: dict[str, set[int]] = {}
-    for record in tf.data.TFRecordDataset(files):
-        example = tf.io.parse_single_example(record, spec)
-        case = example["case_id"].numpy().decode()
-        if case in wanted:
-            found[case] = set(np.unique(np.frombuffer(example["label"].numpy(), dtype=np.uint8)).tolist())
-    missing = sorted(wanted - set(found))
+    """The label values present in each of ``cases`` (recorded by prepare; region and binary data
+    keep their label values too), background included."""
+    records = manifest.info["cases"]
+    missing = sorted(set(cases) - set(records))
     if missing:
-        raise DataError(f"{manifest.root}: cases {missing[:5]} are not in its train or validation records")
-    return found
+        raise DataError(f"{manifest.root}: cases {missing[:5]} are not in its info.json")
+    return {case: {0, *records[case]["label_values"]} for case in cases}
 
 
 __all__ = ["CV_SPLITS", "cv_cases", "fold_groups", "fold_view", "label_presence"]

@@ -1,14 +1,14 @@
-"""MSD directory -> sharded TFRecords + ``info.json`` manifest.
+"""MSD directory -> one chunked, compressed array per case (:mod:`distmis.data._cases`) + ``info.json``.
 
-Cases are read and preprocessed in parallel worker processes (nibabel decompression and
-resampling are CPU-bound); the parent process alone imports TensorFlow and writes the
-shards, so workers stay light. Everything is written into a temporary sibling of OUT and
-renamed at the end: a failure or Ctrl-C leaves no half-written OUT.
+Cases are read, preprocessed and written in parallel worker processes (nibabel decompression,
+resampling and compression are CPU-bound), each holding one case at a time; the parent only
+collects their records. Everything is written into a hidden sibling of OUT and renamed at the
+end: a failure leaves no half-written OUT, and an interrupted run keeps its finished cases for
+``--resume``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from distmis.data._cases import CASES_DIR, write_case
 from distmis.data._msd import (
     MsdCase,
     MsdDataset,
@@ -28,14 +29,10 @@ from distmis.data._msd import (
 )
 from distmis.data._normalize import LEGACY, channel_schemes, ct_statistics, normalize
 from distmis.data._pool import case_pool
+from distmis.data._record import FORMAT, MANIFEST, SPLITS
 from distmis.exceptions import DataError
-from distmis.files import atomic_directory, check_output, check_replaceable, write_json_atomic
+from distmis.files import check_output, check_replaceable, resumable_directory, write_json_atomic
 from distmis.locks import LOCK_FILE
-from distmis.tensorflow_env import import_tensorflow
-
-MANIFEST = "info.json"
-FORMAT = "distmis-prepared/1"
-SPLITS = ("train", "val", "test")
 
 
 # --------------------------------------------------------------------------- preprocessing (pure numpy)
@@ -88,7 +85,10 @@ def _prepare_case(
     resize: str,
     label_mode: str,
     normalisation: list[dict[str, Any]],
-) -> tuple[str, np.ndarray, np.ndarray, list[str], dict[str, Any]]:
+    work: Path,
+) -> dict[str, Any]:
+    """Read, preprocess and write one case into ``work`` (in a worker process: the parent never
+    holds a volume, so prepare's memory is one case per process). Returns its done-record."""
     from distmis.data._inspect import case_stats
 
     image, affine, _ = load_case_image(case.image, len(modalities))
@@ -96,13 +96,31 @@ def _prepare_case(
     label = load_case_label(case.label, image.shape[:3], labels)
     warnings = content_warnings(case.image, image, case.label, label, modalities)
     stats = case_stats(case.case_id, image, affine, label)  # the dataset fingerprint, from the same read
-    return (
-        case.case_id,
-        preprocess_image(image, shape, resize, normalisation),
-        preprocess_label(label, shape, resize, label_mode),
-        warnings,
-        stats,
-    )
+    prepared_image = preprocess_image(image, shape, resize, normalisation)
+    del image
+    record = write_case(work, case.case_id, prepared_image, preprocess_label(label, shape, resize, label_mode))
+    samples = stats.pop("samples")
+    np.save(work / CASES_DIR / f"{case.case_id}.samples.npy", np.stack(samples) if samples else np.zeros((0, 0)))
+    done: dict[str, Any] = {"record": record, "warnings": warnings, "stats": stats}
+    write_json_atomic(work / CASES_DIR / f"{case.case_id}.done.json", done)  # last: the case is complete
+    done["stats"]["samples"] = list(samples)
+    return done
+
+
+def _finished_case(work: Path, case_id: str) -> dict[str, Any] | None:
+    """The done-record of a case an interrupted prepare finished (``--resume``), if its files are whole."""
+    import json
+
+    try:
+        done = json.loads((work / CASES_DIR / f"{case_id}.done.json").read_text())
+        for entry in done["record"]["files"].values():
+            if (work / entry["file"]).stat().st_size != entry["bytes"]:
+                return None
+        samples = np.load(work / CASES_DIR / f"{case_id}.samples.npy")
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    done["stats"]["samples"] = list(samples)
+    return dict(done)
 
 
 def _check_regions(regions: dict[str, list[int]] | None, label_mode: str, labels: dict[int, str], where: Path) -> None:
@@ -157,30 +175,6 @@ def split_cases(case_ids: list[str], fractions: tuple[float, float, float], seed
     }
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _serialize(case_id: str, image: np.ndarray, label: np.ndarray) -> bytes:
-    import_tensorflow()
-    import tensorflow as tf
-
-    def _bytes(v: bytes) -> tf.train.Feature:
-        return tf.train.Feature(bytes_list=tf.train.BytesList(value=[v]))
-
-    feature = {
-        "case_id": _bytes(case_id.encode()),
-        "image": _bytes(np.ascontiguousarray(image, dtype=np.float32).tobytes()),
-        "label": _bytes(np.ascontiguousarray(label, dtype=np.uint8).tobytes()),
-        "shape": tf.train.Feature(int64_list=tf.train.Int64List(value=list(image.shape))),
-    }
-    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
-
-
 def _manifest(
     dataset: MsdDataset,
     src: Path,
@@ -206,6 +200,7 @@ def _manifest(
         "regions": regions,
         "image_dtype": "float32",
         "label_dtype": "uint8",
+        "cases": {},
         "preprocessing": {
             "normalisation": LEGACY if all(c["scheme"] == "zscore" for c in normalisation) else "per_channel",
             "channel_normalisation": normalisation,
@@ -260,64 +255,20 @@ class _Counter:
 
 @dataclass(frozen=True)
 class _PrepareJob:
-    """How every case of one dataset is prepared, and how a split's shards are written."""
+    """How every case of one dataset is prepared."""
 
     modalities: tuple[str, ...]
     labels: dict[int, str]
     shape: tuple[int, int, int]
     resize: str
     label_mode: str
-    shards: int
     normalisation: list[dict[str, Any]]
 
-    def case(self, case: MsdCase) -> tuple[str, np.ndarray, np.ndarray, list[str], dict[str, Any]]:
-        """Read and preprocess one case (in a worker process)."""
+    def case(self, case: MsdCase, work: Path) -> dict[str, Any]:
+        """Read, preprocess and write one case (in a worker process)."""
         return _prepare_case(
-            case, self.modalities, self.labels, self.shape, self.resize, self.label_mode, self.normalisation
+            case, self.modalities, self.labels, self.shape, self.resize, self.label_mode, self.normalisation, work
         )
-
-    def write_split(
-        self,
-        tmp: Path,
-        name: str,
-        ids: list[str],
-        futures: list[Any],
-        case_stats: list[dict[str, Any]],
-        counter: _Counter,
-        warn: Callable[[str], None],
-    ) -> dict[str, Any]:
-        """Write one split's shards (cases in order: the shard assignment is deterministic); its manifest entry."""
-        import_tensorflow()
-        import tensorflow as tf
-
-        n_shards = max(1, min(self.shards, len(ids)))
-        files = [tmp / f"{name}-{i:03d}-of-{n_shards:03d}.tfrecord" for i in range(n_shards)]
-        writers = [tf.io.TFRecordWriter(str(f)) for f in files]
-        counts = [0] * n_shards
-        try:
-            for i, fut in enumerate(futures):
-                case_id, image, label, case_warnings, stats = fut.result()
-                case_stats.append(stats)
-                for text in case_warnings:
-                    warn(text)
-                writers[i % n_shards].write(_serialize(case_id, image, label))
-                counts[i % n_shards] += 1
-                counter.step()
-        finally:
-            for w in writers:
-                w.close()
-        for f, c in zip(files, counts, strict=True):
-            if c == 0:
-                f.unlink()
-        return {
-            "cases": ids,
-            "num_cases": len(ids),
-            "shards": [
-                {"file": f.name, "num_cases": c, "sha256": _sha256(f), "bytes": f.stat().st_size}
-                for f, c in zip(files, counts, strict=True)
-                if c > 0
-            ],
-        }
 
 
 def prepare_dataset(
@@ -328,22 +279,25 @@ def prepare_dataset(
     resize: str = "crop_pad",
     label_mode: str = "binary",
     split: tuple[float, float, float] = (0.7, 0.15, 0.15),
-    shards: int = 4,
     seed: int = 0,
     workers: int | None = None,
     overwrite: bool = False,
+    resume: bool = False,
     progress: Callable[[int, int], None] | None = None,
     warn: Callable[[str], None] | None = None,
     regions: dict[str, list[int]] | None = None,
     normalization: Any = "auto",
 ) -> dict[str, Any]:
-    """Preprocess an MSD dataset into ``out`` and return its manifest.
+    """Preprocess an MSD dataset into ``out`` and return its record (``info.json``).
 
     ``normalization``: ``auto`` (CT channels by their dataset's foreground range, the others per
     case), one scheme for every channel, or one per channel (see :mod:`distmis.data._normalize`).
 
     ``warn`` receives what is suspicious but not wrong (a constant channel, a label without
     foreground); by default it is printed to stderr as ``distmis: warning: ...``.
+
+    ``resume``: finish the cases an interrupted prepare with the same options left undone,
+    keeping those it wrote (they sit in a hidden directory beside ``out`` until the end).
 
     Raises:
         DataError: bad ``dataset.json``, missing/corrupt/inconsistent files (a label not
@@ -365,29 +319,57 @@ def prepare_dataset(
     shape = tuple(int(s) for s in shape)  # type: ignore[assignment]
     normalisation = channel_normalisation(dataset, splits["train"], by_id, normalization, workers)
     manifest = _manifest(dataset, src, shape, resize, label_mode, regions, split, seed, normalisation)
-    job = _PrepareJob(dataset.modalities, dataset.labels, shape, resize, label_mode, shards, normalisation)
-    case_stats: list[dict[str, Any]] = []
+    job = _PrepareJob(dataset.modalities, dataset.labels, shape, resize, label_mode, normalisation)
+    options = {k: v for k, v in manifest.items() if k not in ("splits", "cases")}
     try:
-        with atomic_directory(out, command="prepare", overwrite=overwrite) as tmp:
-            (tmp / LOCK_FILE).touch()  # what a search reading this dataset holds (locks.reader_lock)
-            with case_pool(workers) as pool:
-                # submit every case first: workers start reading while TensorFlow is imported here
-                futures = {name: [pool.submit(job.case, by_id[cid]) for cid in splits[name]] for name in SPLITS}
-                try:
-                    counter = _Counter(len(dataset.training), progress)
-                    for name in SPLITS:
-                        manifest["splits"][name] = job.write_split(
-                            tmp, name, splits[name], futures[name], case_stats, counter, warn or _print_warning
-                        )
-                except BaseException:
-                    pool.shutdown(wait=True, cancel_futures=True)  # one bad case: do not process the rest
-                    raise
+        with resumable_directory(out, command="prepare", overwrite=overwrite, resume=resume, job=options) as work:
+            (work / LOCK_FILE).touch()  # what a search reading this dataset holds (locks.reader_lock)
+            done = _prepare_cases(job, work, [c.case_id for c in dataset.training], by_id, workers, progress)
+            case_stats = []
+            for cid in sorted(done):
+                manifest["cases"][cid] = done[cid]["record"]
+                case_stats.append(done[cid]["stats"])
+                for text in done[cid]["warnings"]:
+                    (warn or _print_warning)(text)
+            for name in SPLITS:
+                manifest["splits"][name] = {"cases": splits[name], "num_cases": len(splits[name])}
             from distmis.data._inspect import aggregate
 
             manifest["fingerprint"] = aggregate(
                 case_stats, labels=dataset.labels, modalities=dataset.modalities, name=dataset.name
             )
-            write_json_atomic(tmp / MANIFEST, manifest)
+            write_json_atomic(work / MANIFEST, manifest)
+            for cid in done:  # what only a resume needed
+                for name in (f"{cid}.done.json", f"{cid}.samples.npy"):
+                    (work / CASES_DIR / name).unlink(missing_ok=True)
     except PermissionError as exc:
         raise DataError(f"{out}: not writable ({exc})") from None
     return manifest
+
+
+def _prepare_cases(
+    job: _PrepareJob,
+    work: Path,
+    ids: list[str],
+    by_id: dict[str, MsdCase],
+    workers: int,
+    progress: Callable[[int, int], None] | None,
+) -> dict[str, dict[str, Any]]:
+    """Every case's done-record: those a resumed prepare finished before, and the rest made now."""
+    done = {cid: d for cid in ids if (d := _finished_case(work, cid)) is not None}
+    counter = _Counter(len(ids), progress)
+    for _ in done:
+        counter.step()
+    todo = [cid for cid in ids if cid not in done]
+    if not todo:
+        return done
+    with case_pool(min(workers, len(todo))) as pool:
+        futures = {cid: pool.submit(job.case, by_id[cid], work) for cid in todo}
+        try:
+            for cid, fut in futures.items():
+                done[cid] = fut.result()
+                counter.step()
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)  # one bad case: do not process the rest
+            raise
+    return done

@@ -12,7 +12,8 @@ import json
 from pathlib import Path
 
 from distmis.config import DataConfig
-from distmis.data._prepare import MANIFEST, prepare_dataset
+from distmis.data._prepare import prepare_dataset
+from distmis.data._record import FORMAT, MANIFEST
 from distmis.data._synth import write_synthetic_msd
 from distmis.exceptions import DataError
 from distmis.files import open_nofollow
@@ -37,7 +38,8 @@ def resolve_prepared(data: DataConfig, *, base_dir: Path | None = None) -> Path:
             return src
         if not (src / "dataset.json").is_file():
             raise DataError(f"data.source: {src} holds neither dataset.json (MSD) nor {MANIFEST} (prepared)")
-    key = {"src": str(src.resolve()), **prep.model_dump(mode="json")}
+    # the format is part of the key: data cached by an older distmis is prepared again, not misread
+    key = {"src": str(src.resolve()), "format": FORMAT, **prep.model_dump(mode="json", exclude={"shards"})}
     if data.regions:
         key["regions"] = data.regions
     target = cache / f"prepared-{_key(key)}"
@@ -64,7 +66,6 @@ def resolve_prepared(data: DataConfig, *, base_dir: Path | None = None) -> Path:
                 resize=prep.resize,
                 label_mode=prep.label_mode,
                 split=prep.split,
-                shards=prep.shards,
                 seed=prep.seed,
                 regions=data.regions,
                 normalization=prep.normalization,

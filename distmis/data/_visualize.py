@@ -8,36 +8,22 @@ from typing import Any
 import numpy as np
 
 from distmis.exceptions import DataError
-from distmis.tensorflow_env import import_tensorflow
 
 
 def read_case(prepared: str | Path, split: str, index: int) -> tuple[str, np.ndarray, np.ndarray, list[str]]:
     """Return (case_id, image (X,Y,Z,C), label (X,Y,Z) ints, modality names) of one prepared case."""
-    import_tensorflow()
-    import tensorflow as tf
-
-    from distmis.data._loader import load_manifest, verify_shards
+    from distmis.data._cases import CaseReader
+    from distmis.data._loader import verify_cases
+    from distmis.data._record import load_manifest
 
     manifest = load_manifest(prepared)
-    verify_shards(manifest, split)
     n = manifest.num_cases(split)
     if not 0 <= index < n:
         raise DataError(f"{manifest.root}: split {split!r} has {n} cases, --case {index} is out of range")
-    x, y, z = manifest.shape
-    c = manifest.channels
-    spec = {
-        "case_id": tf.io.FixedLenFeature([], tf.string),
-        "image": tf.io.FixedLenFeature([], tf.string),
-        "label": tf.io.FixedLenFeature([], tf.string),
-    }
-    wanted = manifest.info["splits"][split]["cases"][index]
-    for rec in tf.data.TFRecordDataset(manifest.files(split)):
-        ex = tf.io.parse_single_example(rec, spec)
-        if ex["case_id"].numpy().decode() == wanted:
-            image = np.frombuffer(ex["image"].numpy(), np.float32).reshape(x, y, z, c)
-            label = np.frombuffer(ex["label"].numpy(), np.uint8).reshape(x, y, z)
-            return wanted, image, label, list(manifest.info["modalities"])
-    raise DataError(f"{manifest.root}: case {wanted} listed in info.json but not found in the {split} shards")
+    verify_cases(manifest, split)
+    wanted = manifest.cases(split)[index]
+    image, label = CaseReader(manifest.root, manifest.case_files()).read(wanted)
+    return wanted, image, label, list(manifest.info["modalities"])
 
 
 def _draw(fig, axes, image: np.ndarray, label: np.ndarray, names: list[str], z: int) -> None:  # noqa: ANN001

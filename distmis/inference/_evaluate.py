@@ -2,7 +2,7 @@
 
 Evaluation deliberately goes back to the *raw* scans and labels named by the prepared
 directory's ``info.json`` (its source ``dataset.json`` and split), rather than scoring the
-preprocessed TFRecords: what a user cares about is the segmentation ``distmis predict`` writes
+preprocessed arrays: what a user cares about is the segmentation ``distmis predict`` writes
 in the scan's own geometry, and HD95 needs the real voxel spacing.
 
 Output directory (written to a temporary sibling, renamed at the end)::

@@ -194,14 +194,14 @@ def search_inputs(config: ExperimentConfig, space_file: Path | None, base_dir: P
 
 
 def prepared_data(config: ExperimentConfig, base_dir: Path) -> Path:
-    """The prepared directory a search trains on (made and cached on first use), its shards checked:
-    a damaged shard is named now, not in every trial."""
-    from distmis.data import load_manifest, resolve_prepared, verify_shards
+    """The prepared directory a search trains on (made and cached on first use), its case files
+    checked: a damaged case is named now, not in every trial."""
+    from distmis.data import load_manifest, resolve_prepared, verify_cases
 
     prepared = resolve_prepared(config.data, base_dir=base_dir)
     manifest = load_manifest(prepared)
     for split in ("train", "val"):
-        verify_shards(manifest, split)
+        verify_cases(manifest, split)
     return prepared
 
 

@@ -345,7 +345,7 @@ def image_with_wrong_modality_count(ws: Workspace):
 @case("labels")
 def damaged_shard_is_named(ws: Workspace):
     prepared = ws.prepared()
-    shard = next(prepared.glob("train-*.tfrecord"))
+    shard = next((prepared / "cases").glob("*.image.b2nd"))
     data = bytearray(shard.read_bytes())
     data[len(data) // 2] ^= 0xFF
     shard.write_bytes(bytes(data))
@@ -355,7 +355,8 @@ def damaged_shard_is_named(ws: Workspace):
 @case("labels")
 def damaged_shard_before_training(ws: Workspace):
     prepared = ws.prepared()
-    shard = next(prepared.glob("train-*.tfrecord"))
+    train = json.loads((prepared / "info.json").read_text())["splits"]["train"]["cases"][0]
+    shard = prepared / "cases" / f"{train}.label.b2nd"
     data = bytearray(shard.read_bytes())
     data[100] ^= 0x55
     shard.write_bytes(bytes(data))
@@ -562,7 +563,8 @@ def info_json_splits_is_a_list(ws: Workspace):
 def info_json_shard_outside_directory(ws: Workspace):
     prepared = ws.prepared()
     info = json.loads((prepared / "info.json").read_text())
-    info["splits"]["train"]["shards"][0]["file"] = "../../etc/passwd"
+    first = info["splits"]["train"]["cases"][0]
+    info["cases"][first]["files"]["image"]["file"] = "../../etc/passwd"
     (prepared / "info.json").write_text(json.dumps(info))
     return ["visualize", "prepared", "--out", "case.png"], "info.json"
 

@@ -1,4 +1,5 @@
-"""tf.data loading: alignment under augmentation, disjoint worker shards, evaluation padding."""
+"""tf.data loading: alignment under augmentation, disjoint worker shards, evaluation padding,
+patches read on demand (foreground oversampling from the recorded locations)."""
 
 from __future__ import annotations
 
@@ -8,24 +9,8 @@ import numpy as np
 import tensorflow as tf
 
 from distmis.config import AugmentConfig
-from distmis.data import augment, eval_batches, foreground_patch, load_manifest, make_dataset, random_patch
-
-
-def _case_ids(prepared: Path, split: str, num_shards: int, index: int) -> list[str]:
-    """The case ids one worker reads in one pass (via the same sharding as training)."""
-    manifest = load_manifest(prepared)
-    ds = tf.data.TFRecordDataset(manifest.files(split)).shard(num_shards, index)
-    spec = {"case_id": tf.io.FixedLenFeature([], tf.string)}
-    return [tf.io.parse_single_example(r, spec)["case_id"].numpy().decode() for r in ds]
-
-
-def test_two_workers_see_disjoint_halves(prepared16: Path) -> None:
-    w0 = _case_ids(prepared16, "train", 2, 0)
-    w1 = _case_ids(prepared16, "train", 2, 1)
-    everything = load_manifest(prepared16).info["splits"]["train"]["cases"]
-    assert not set(w0) & set(w1)
-    assert sorted(w0 + w1) == sorted(everything)
-    assert abs(len(w0) - len(w1)) <= 1
+from distmis.data import Manifest, PatchSampler, augment, eval_batches, load_manifest, make_dataset
+from distmis.data._cases import write_case
 
 
 def test_training_batches_have_the_worker_share_only(prepared16: Path) -> None:
@@ -48,9 +33,6 @@ def test_augmentation_keeps_image_and_label_aligned() -> None:
         seed = tf.constant([s, 7], tf.int32)
         img, lab = augment(tf.constant(image), tf.constant(label), seed, flip=True, intensity=0.0, noise=0.0)
         np.testing.assert_array_equal(img.numpy()[..., :1] / 5.0, lab.numpy())
-        pi, pl = random_patch(tf.constant(image), tf.constant(label), (8, 8, 8), seed)
-        assert pi.shape == (8, 8, 8, 2) and pl.shape == (8, 8, 8, 1)
-        np.testing.assert_array_equal(pi.numpy()[..., :1] / 5.0, pl.numpy())
     # intensity/noise change the image but never the label
     img, lab = augment(
         tf.constant(image), tf.constant(label), tf.constant([1, 2]), flip=False, intensity=0.2, noise=0.1
@@ -106,27 +88,49 @@ def test_evaluation_padding_with_more_workers_than_cases(prepared16: Path) -> No
     assert total == n
 
 
-def test_foreground_patches_centre_on_every_class_alike() -> None:
+def _one_case(tmp_path: Path, label: np.ndarray, image: np.ndarray, classes: int) -> Manifest:
+    """A prepared directory of one multiclass case, written by the real case writer."""
+    record = write_case(tmp_path, "C", image, label)
+    info = {
+        "shape": list(label.shape),
+        "channels": image.shape[-1],
+        "num_classes": classes,
+        "label_mode": "multiclass",
+        "labels": {str(v): f"class {v}" for v in range(classes)},
+        "splits": {"train": {"cases": ["C"], "num_cases": 1}},
+        "cases": {"C": record},
+    }
+    return Manifest(root=tmp_path, info=info)
+
+
+def test_foreground_patches_centre_on_every_class_alike(tmp_path: Path) -> None:
     """One class is a large slab, the other a 2^3 block in a corner: each is the centre of about
     half the patches (classes drawn uniformly among those present), and every patch has foreground."""
-    label = np.zeros((32, 32, 32), np.int32)
+    label = np.zeros((32, 32, 32), np.uint8)
     label[:, :, 12:20] = 1
     label[28:30, 1:3, 28:30] = 2
-    onehot = tf.one_hot(label, 3)
-    image = tf.cast(onehot[..., 1:], tf.float32)
+    image = np.stack([label == 1, label == 2], axis=-1).astype(np.float32)
+    sampler = PatchSampler(_one_case(tmp_path, label, image, 3), ["C"], (8, 8, 8), oversampling=1.0)
     hits = {1: 0, 2: 0}
     for s in range(60):
-        pi, pl = foreground_patch(image, onehot, (8, 8, 8), tf.constant([s, 3], tf.int32), [1, 2])
-        assert pl.shape == (8, 8, 8, 3)
-        np.testing.assert_array_equal(pi.numpy(), pl.numpy()[..., 1:])  # image and label cropped alike
-        present = pl.numpy()[..., 1:].sum(axis=(0, 1, 2)) > 0
-        assert present.any()
-        hits[1] += int(present[0])
-        hits[2] += int(present[1])
+        pi, pl = sampler(0, s)
+        assert pi.shape == (8, 8, 8, 2) and pl.shape == (8, 8, 8)
+        np.testing.assert_array_equal(pi[..., 0], pl == 1)  # image and label cropped alike
+        np.testing.assert_array_equal(pi[..., 1], pl == 2)
+        present = [bool((pl == v).any()) for v in (1, 2)]
+        assert any(present)
+        hits[1] += present[0]
+        hits[2] += present[1]
     assert 15 <= hits[2] <= 45, hits  # the tiny class, ~1/2 of the patches; a uniform crop hits it ~1/100
-    # no foreground at all: a uniform crop of the right shape
-    pi, pl = foreground_patch(image * 0, onehot * 0, (8, 8, 8), tf.constant([1, 2], tf.int32), [1, 2])
-    assert pi.shape == (8, 8, 8, 2) and float(tf.reduce_sum(pl)) == 0.0
+    # the same seed gives the same patch, whatever happened in between
+    np.testing.assert_array_equal(sampler(0, 7)[0], sampler(0, 7)[0])
+
+
+def test_a_case_without_foreground_gets_a_uniform_patch(tmp_path: Path) -> None:
+    label = np.zeros((16, 16, 16), np.uint8)
+    sampler = PatchSampler(_one_case(tmp_path, label, np.ones((16, 16, 16, 1), np.float32), 2), ["C"], (8, 8, 8), 1.0)
+    pi, pl = sampler(0, 3)
+    assert pi.shape == (8, 8, 8, 1) and int(pl.sum()) == 0
 
 
 def test_foreground_oversampling_in_the_training_pipeline(prepared16: Path) -> None:

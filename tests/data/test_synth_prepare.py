@@ -54,9 +54,9 @@ def test_prepare_roundtrip_reproduces_preprocessed_voxels(msd16: Path, prepared1
     info = manifest.info
     assert info["shape"] == [16, 16, 16] and info["channels"] == 4 and info["num_classes"] == 1
     assert sum(info["splits"][s]["num_cases"] for s in ("train", "val", "test")) == 12
-    for split in info["splits"].values():
-        for shard in split["shards"]:
-            assert len(shard["sha256"]) == 64
+    for record in info["cases"].values():
+        for entry in record["files"].values():
+            assert len(entry["sha256"]) == 64 and (prepared16 / entry["file"]).is_file()
     case_id, image, label, _ = read_case(prepared16, "val", 0)
     raw = nib.load(msd16 / "imagesTr" / f"{case_id}.nii.gz").get_fdata().astype(np.float32)
     raw_label = nib.load(msd16 / "labelsTr" / f"{case_id}.nii.gz").get_fdata()

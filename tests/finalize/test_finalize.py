@@ -18,7 +18,7 @@ import pytest
 from processes import descendants, stop_tree
 from raycluster import clean_env, stop_group
 
-from distmis.data import cv_cases, fold_groups, fold_view, load_manifest, make_dataset
+from distmis.data import Manifest, cv_cases, fold_groups, fold_view, load_manifest, make_dataset, read_case
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tuning"))
 from test_search import space_file
@@ -42,23 +42,19 @@ def test_folds_are_disjoint_cover_train_and_validation_and_never_the_test_split(
     assert not set(splits["test"]["cases"]) & set(usable)
     assert max(map(len, groups)) - min(map(len, groups)) <= 1
     assert fold_groups(cv_cases(manifest), FOLDS, seed=0) == groups  # deterministic
-    import tensorflow as tf
-
-    spec = {"case_id": tf.io.FixedLenFeature([], tf.string)}
     for index, group in enumerate(groups):
         view = fold_view(manifest, index, FOLDS, 0)
         assert view.info["splits"]["val"]["cases"] == group
         assert sorted(view.info["splits"]["train"]["cases"]) == sorted(set(usable) - set(group))
-        # the loader reads exactly the fold's cases (ids from the records, not from the manifest)
-        seen = {
-            tf.io.parse_single_example(r, spec)["case_id"].numpy().decode()
-            for r in tf.data.TFRecordDataset(view.files("val")).filter(
-                lambda r, g=group: tf.reduce_any(tf.equal(tf.io.parse_single_example(r, spec)["case_id"], g))
-            )
-        }
-        assert seen == set(group)
+        # the loader reads exactly the fold's cases: compare the volumes with each case's own
+        wanted = {read_case(prepared16, *_where(manifest, c))[1].tobytes() for c in group}
         batches = make_dataset(view, "val", batch_size=1, training=False)
-        assert sum(1 for _ in batches) == len(group)
+        assert {x.numpy()[0].tobytes() for x, _, _ in batches} == wanted
+
+
+def _where(manifest: Manifest, case: str) -> tuple[str, int]:
+    split = next(s for s in ("train", "val") if case in manifest.cases(s))
+    return split, manifest.cases(split).index(case)
 
 
 @pytest.fixture(scope="module")

@@ -221,7 +221,6 @@ def test_multiclass_model_is_scored_per_label(msd16: Path, tmp_path: Path) -> No
         shape=(16, 16, 16),
         label_mode="multiclass",
         split=(0.7, 0.15, 0.15),
-        shards=1,
         seed=0,
         workers=1,
     )

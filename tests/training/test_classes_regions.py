@@ -50,7 +50,6 @@ def multiclass16(msd16: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
         shape=(16, 16, 16),
         label_mode="multiclass",
         split=(0.5, 0.34, 0.16),
-        shards=2,
         regions=MSD_TASK01_REGIONS,
     )
     return out
@@ -104,7 +103,6 @@ def test_region_training_reaches_whole_tumour_and_enhancing_tumour(msd16: Path, 
         shape=(16, 16, 16),
         label_mode="regions",
         split=(0.7, 0.15, 0.15),
-        shards=1,
         regions=MSD_TASK01_REGIONS,
     )
     config = ExperimentConfig.model_validate(

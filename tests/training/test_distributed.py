@@ -57,7 +57,7 @@ def prepared4(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     root = tmp_path_factory.mktemp("dist")
     write_synthetic_msd(root / "msd", cases=6, shape=(16, 16, 16), test_cases=0, seed=11)
-    prepare_dataset(root / "msd", root / "prep", shape=(16, 16, 16), split=(0.67, 0.33, 0.0), shards=2)
+    prepare_dataset(root / "msd", root / "prep", shape=(16, 16, 16), split=(0.67, 0.33, 0.0))
     return root / "prep"
 
 
