@@ -498,6 +498,8 @@ def resumable_directory(
 
 def _open_work(work: Path, *, resume: bool, job: dict[str, Any], command: str) -> None:
     refuse_link(work, what=f"the unfinished {command} output")
+    if work.exists() and work.stat().st_uid != os.geteuid():
+        raise OutputError(f"{work}: belongs to another user; distmis {command} works there only in its own")
     if work.exists():
         recorded = None
         try:

@@ -47,6 +47,8 @@ class EpochMetrics:
     samples_per_second: float
     # wall-clock time (Unix seconds) at the end of the epoch: time-to-target and timelines
     finished_at: float = 0.0
+    # the sliding-window validation's share of epoch_seconds (0 in rows written before it was recorded)
+    val_seconds: float = 0.0
     # per class / region: val_dice_<name>, val_iou_<name> (multi-class and region models)
     classes: dict[str, float] = field(default_factory=dict)
 

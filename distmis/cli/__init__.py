@@ -38,6 +38,7 @@ class _Parser(argparse.ArgumentParser):
 COMMANDS = {
     "synth": "write a synthetic MSD-layout NIfTI dataset",
     "prepare": "MSD dataset -> chunked per-case arrays + info.json",
+    "init": "write a search file for an MSD dataset, planned from its fingerprint (patch, labels, recipe, budget)",
     "inspect": "fingerprint an MSD dataset: shapes, spacing, intensities, labels, warnings, a suggested patch",
     "visualize": "draw a prepared case (channels + label overlay) as PNG or GIF",
     "train": "train one configuration (no search)",

@@ -1,6 +1,6 @@
 """Data: MSD NIfTI datasets, synthetic data, preparation into chunked per-case arrays, tf.data loading read on demand."""
 
-from distmis.data._cases import CaseReader
+from distmis.data._cases import CaseReader, write_case
 from distmis.data._folds import cv_cases, fold_groups, fold_view, label_presence
 from distmis.data._inspect import fingerprint, overview_png
 from distmis.data._loader import PatchSampler, augment, eval_batches, make_dataset, verify_cases
@@ -20,6 +20,8 @@ from distmis.data._msd import (
 from distmis.data._normalize import SCHEMES as NORMALIZATIONS
 from distmis.data._normalize import channel_schemes, normalize, zscore_nonzero
 from distmis.data._normalize import describe as describe_normalisation
+from distmis.data._plan import HEADER as INIT_HEADER
+from distmis.data._plan import plan_search, relative_source
 from distmis.data._prepare import (
     crop_or_pad,
     prepare_dataset,
@@ -36,6 +38,9 @@ from distmis.data._synth import synth_case, write_synthetic_msd
 from distmis.data._visualize import read_case, render_case
 
 __all__ = [
+    "INIT_HEADER",
+    "plan_search",
+    "relative_source",
     "MANIFEST",
     "SPLITS_FILE",
     "CaseSplits",
@@ -83,6 +88,7 @@ __all__ = [
     "split_cases",
     "synth_case",
     "verify_cases",
+    "write_case",
     "write_synthetic_msd",
     "zscore_nonzero",
 ]

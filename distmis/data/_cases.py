@@ -18,6 +18,7 @@ tens of milliseconds, where a TFRecord of the same case is 3x larger and must be
 from __future__ import annotations
 
 import hashlib
+import io
 import math
 import threading
 import zlib
@@ -45,16 +46,25 @@ def case_files(case_id: str) -> dict[str, str]:
     }
 
 
-def _write_array(path: Path, array: np.ndarray) -> None:
+def _compressed(array: np.ndarray) -> bytes:
+    """The array as a Blosc2 frame (what a ``.b2nd`` file holds), built in memory: the file is then
+    written by distmis itself, atomically and never through a link, and a full disk is an
+    ``OSError`` naming it rather than Blosc2's bare "Error while creating the NDArray"."""
     import blosc2
 
     spatial = tuple(min(_CHUNK, n) for n in array.shape[:3])
     chunks = spatial + tuple(array.shape[3:])
     blocks = tuple(min(_BLOCK, n) for n in spatial) + tuple(array.shape[3:])
     cparams = {"codec": blosc2.Codec.ZSTD, "clevel": 3, "filters": [blosc2.Filter.SHUFFLE], "nthreads": 1}
-    blosc2.asarray(
-        np.ascontiguousarray(array), urlpath=str(path), mode="w", chunks=chunks, blocks=blocks, cparams=cparams
-    )
+    frame = blosc2.asarray(np.ascontiguousarray(array), chunks=chunks, blocks=blocks, cparams=cparams).to_cframe()
+    return bytes(frame)
+
+
+def _write(path: Path, data: bytes) -> None:
+    from distmis.files import atomic_file
+
+    with atomic_file(path) as tmp, open(tmp, "wb") as fh:
+        fh.write(data)
 
 
 def foreground_locations(label: np.ndarray, seed: int) -> dict[str, np.ndarray]:
@@ -89,10 +99,12 @@ def write_case(root: Path, case_id: str, image: np.ndarray, label: np.ndarray) -
 
     ensure_directory(root / CASES_DIR)
     names = case_files(case_id)
-    _write_array(root / names["image"], image.astype(np.float32, copy=False))
-    _write_array(root / names["label"], label.astype(np.uint8, copy=False))
+    _write(root / names["image"], _compressed(image.astype(np.float32, copy=False)))
+    _write(root / names["label"], _compressed(label.astype(np.uint8, copy=False)))
     locations = foreground_locations(label, zlib.crc32(case_id.encode()))
-    np.savez(root / names["foreground"], **locations)  # type: ignore[arg-type]
+    buffer = io.BytesIO()
+    np.savez(buffer, **locations)  # type: ignore[arg-type]
+    _write(root / names["foreground"], buffer.getvalue())
     return {
         "files": {
             key: {"file": name, "sha256": sha256_of(root / name), "bytes": (root / name).stat().st_size}

@@ -71,8 +71,9 @@ def verify_cases(manifest: Manifest, split: str) -> None:
 
     stamps: dict[str, list[Any]] | None = None
     files = manifest.case_files()
+    reader = CaseReader(manifest.root, files)
     for case in manifest.cases(split):
-        for entry in files[case].values():
+        for kind, entry in files[case].items():
             path = manifest.root / entry["file"]
             st = path.stat()
             key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
@@ -93,6 +94,8 @@ def verify_cases(manifest: Manifest, split: str) -> None:
                     f"{path}: sha256 {digest[:16]}..., info.json records {entry['sha256'][:16]}...: "
                     "the case file is damaged or was replaced; prepare the dataset again"
                 )
+            if kind == "foreground":  # a coordinate outside the volume would crash a worker mid-epoch
+                check_locations(reader.foreground(case), manifest.shape, path)
             _VERIFIED.add(key)
             stamps[key[0]] = [st.st_size, st.st_mtime_ns, entry["sha256"]]
             _remember(stamps)

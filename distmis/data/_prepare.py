@@ -9,6 +9,7 @@ end: a failure leaves no half-written OUT, and an interrupted run keeps its fini
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,7 +32,8 @@ from distmis.data._normalize import LEGACY, channel_schemes, ct_statistics, norm
 from distmis.data._pool import case_pool
 from distmis.data._record import FORMAT, MANIFEST, SPLITS
 from distmis.exceptions import DataError
-from distmis.files import check_output, check_replaceable, resumable_directory, write_json_atomic
+from distmis.files import atomic_file, check_output, check_replaceable, resumable_directory, write_json_atomic
+from distmis.links import open_nofollow
 from distmis.locks import LOCK_FILE
 
 
@@ -100,7 +102,10 @@ def _prepare_case(
     del image
     record = write_case(work, case.case_id, prepared_image, preprocess_label(label, shape, resize, label_mode))
     samples = stats.pop("samples")
-    np.save(work / CASES_DIR / f"{case.case_id}.samples.npy", np.stack(samples) if samples else np.zeros((0, 0)))
+    buffer = io.BytesIO()
+    np.save(buffer, np.stack(samples) if samples else np.zeros((0, 0), np.float32))
+    with atomic_file(work / CASES_DIR / f"{case.case_id}.samples.npy") as tmp, open(tmp, "wb") as fh:
+        fh.write(buffer.getvalue())
     done: dict[str, Any] = {"record": record, "warnings": warnings, "stats": stats}
     write_json_atomic(work / CASES_DIR / f"{case.case_id}.done.json", done)  # last: the case is complete
     done["stats"]["samples"] = list(samples)
@@ -110,16 +115,22 @@ def _prepare_case(
 def _finished_case(work: Path, case_id: str) -> dict[str, Any] | None:
     """The done-record of a case an interrupted prepare finished (``--resume``), if its files are whole."""
     import json
+    import stat
 
+    own = [work / CASES_DIR / f"{case_id}.done.json", work / CASES_DIR / f"{case_id}.samples.npy"]
     try:
-        done = json.loads((work / CASES_DIR / f"{case_id}.done.json").read_text())
-        for entry in done["record"]["files"].values():
-            if (work / entry["file"]).stat().st_size != entry["bytes"]:
+        done = json.loads(own[0].read_text())
+        files = [(work / e["file"], e["bytes"]) for e in done["record"]["files"].values()]
+        for path, size in [*files, *((p, None) for p in own)]:
+            st = os.lstat(path)  # only what this prepare wrote: a regular file of one name, never a link
+            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or (size is not None and st.st_size != size):
                 return None
-        samples = np.load(work / CASES_DIR / f"{case_id}.samples.npy")
+        samples = np.load(own[1])
     except (OSError, ValueError, KeyError, TypeError):
         return None
     done["stats"]["samples"] = list(samples)
+    # JSON made the label values strings; the fingerprint counts them by value
+    done["stats"]["label_voxels"] = {int(k): v for k, v in done["stats"]["label_voxels"].items()}
     return dict(done)
 
 
@@ -323,7 +334,8 @@ def prepare_dataset(
     options = {k: v for k, v in manifest.items() if k not in ("splits", "cases")}
     try:
         with resumable_directory(out, command="prepare", overwrite=overwrite, resume=resume, job=options) as work:
-            (work / LOCK_FILE).touch()  # what a search reading this dataset holds (locks.reader_lock)
+            with open_nofollow(work / LOCK_FILE, "a"):  # what a search reading this dataset holds (reader_lock)
+                pass
             done = _prepare_cases(job, work, [c.case_id for c in dataset.training], by_id, workers, progress)
             case_stats = []
             for cid in sorted(done):

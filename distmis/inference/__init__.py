@@ -31,7 +31,8 @@ from distmis.inference._predict import (
     predict_probabilities,
     probabilities_to_labels,
 )
-from distmis.inference._window import BLENDS, cube_origins, gaussian_weight, sliding_window_predict, window_starts
+from distmis.inference._window import BLENDS, sliding_window_predict
+from distmis.model import cube_origins, gaussian_weight, window_starts
 
 __all__ = [
     "BLENDS",

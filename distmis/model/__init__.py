@@ -14,8 +14,12 @@ from distmis.model._losses import (
 from distmis.model._optimizers import build_optimizer
 from distmis.model._schedules import SCHEDULES, learning_rate_at, learning_rate_schedule
 from distmis.model._unet import build_unet
+from distmis.model._windows import cube_origins, gaussian_weight, window_starts
 
 __all__ = [
+    "cube_origins",
+    "gaussian_weight",
+    "window_starts",
     "LOSSES",
     "SCHEDULES",
     "build_optimizer",

@@ -29,6 +29,9 @@ from distmis.metrics import DICE, IOU, VAL_DICE, VAL_IOU, VAL_LOSS, EpochMetrics
 from distmis.model import build_optimizer, build_unet, class_scores, get_loss, learning_rate_schedule, resolve_loss
 from distmis.training._runtime import configured_threads
 
+#: the cubes' overlap when validation runs the sliding window (``predict``'s default)
+VALIDATION_OVERLAP = 0.5
+
 if TYPE_CHECKING:
     import tensorflow as tf
 
@@ -192,11 +195,13 @@ class Trainer:
     def _make_eval_step(self):  # noqa: ANN202
         import tensorflow as tf
 
-        model, strategy, loss_fn = self.model, self.strategy, self._loss_fn
+        strategy, loss_fn = self.strategy, self._loss_fn
         exclusive, regions, classes = self.exclusive, self.metric_regions, max(self.class_count, 1)
 
+        window = self._validation_window()
+
         def step(image: tf.Tensor, label: tf.Tensor, weight: tf.Tensor) -> tuple[tf.Tensor, ...]:
-            pred = model(image, training=False)
+            pred = window(image, label)
             dice, iou = class_scores(label, pred, exclusive, regions)  # [batch, classes (+ regions)]
             w = weight[:, tf.newaxis]
             return (
@@ -216,6 +221,45 @@ class Trainer:
             return [strategy.reduce(tf.distribute.ReduceOp.SUM, t, axis=None) for t in out]
 
         return eval_step
+
+    def _validation_window(self) -> Any:
+        """(volumes, labels) -> the model's output over each whole volume, cube by cube.
+
+        Validation runs the sliding window of ``predict`` (same cubes, same Gaussian blend) with the
+        training patch, so that its memory is bounded by one cube per volume and its Dice is the
+        one ``predict`` gives. With no patch (whole-volume training) it is one cube: the volume.
+        """
+        import tensorflow as tf
+
+        from distmis.model import cube_origins, gaussian_weight
+
+        model, shape = self.model, self.manifest.shape
+        patch = tuple(self.config.train.patch or shape)
+        if patch == tuple(shape):
+            return lambda image, label: model(image, training=False)
+        origins = cube_origins(shape, patch, VALIDATION_OVERLAP)  # type: ignore[arg-type]
+        weight = gaussian_weight(patch)  # type: ignore[arg-type]
+        norm = np.zeros(shape, np.float32)
+        for x, y, z in origins:
+            norm[x : x + patch[0], y : y + patch[1], z : z + patch[2]] += weight
+        starts = tf.constant(origins, tf.int32)
+        cube_weight = tf.constant(weight)[tf.newaxis, ..., tf.newaxis]
+        inverse_norm = tf.constant(1.0 / norm)[tf.newaxis, ..., tf.newaxis]
+        size = tf.constant(shape, tf.int32)
+
+        def whole(image: tf.Tensor, label: tf.Tensor) -> tf.Tensor:
+            def add_cube(i: tf.Tensor, total: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+                begin = starts[i]
+                cube = tf.slice(image, tf.concat([[0], begin, [0]], 0), [-1, *patch, -1])
+                out = tf.cast(model(cube, training=False), tf.float32) * cube_weight
+                around = tf.stack([begin, size - begin - tf.constant(patch, tf.int32)], axis=1)
+                return i + 1, total + tf.pad(out, tf.concat([[[0, 0]], around, [[0, 0]]], 0))
+
+            total = tf.zeros_like(label, tf.float32)
+            _, total = tf.while_loop(lambda i, _: i < len(origins), add_cube, [tf.constant(0), total])
+            return total * inverse_norm
+
+        return whole
 
     # ------------------------------------------------------------------ epochs
     def current_lr(self) -> float:
@@ -257,7 +301,9 @@ class Trainer:
     def run_epoch(self) -> EpochMetrics:
         start = time.perf_counter()
         loss, dice, train_seconds = self.train_epoch()
+        val_start = time.perf_counter()
         val, classes = self.evaluate()
+        val_seconds = time.perf_counter() - val_start
         self.epoch += 1
         return EpochMetrics(
             epoch=self.epoch,
@@ -268,6 +314,7 @@ class Trainer:
             train_seconds=train_seconds,
             samples_per_second=self.steps_per_epoch * self.global_batch / max(train_seconds, 1e-9),
             finished_at=time.time(),
+            val_seconds=val_seconds,
             classes=classes,
             **val,
         )

@@ -647,7 +647,7 @@ def out_name_too_long(ws: Workspace):
 
 @case("traceback")
 def tensorflow_missing(ws: Workspace):
-    ws.raw("data")
+    prepared = ws.prepared()  # prepare itself needs no TensorFlow; training does
     blocker = ws.dir.parent / f"{ws.dir.name}-notf"
     blocker.mkdir(exist_ok=True)
     (blocker / "sitecustomize.py").write_text(
@@ -658,7 +658,11 @@ def tensorflow_missing(ws: Workspace):
         "            raise ModuleNotFoundError(f\"No module named '{name}'\", name=name)\n"
         "sys.meta_path.insert(0, _NoTF())\n"
     )
-    return ["prepare", "data", "out"], "pip install 'distmis[cpu]'", {"PYTHONPATH": str(blocker)}
+    return (
+        ["train", str(_train_config(ws, prepared)), "--out", "run"],
+        "pip install 'distmis[cpu]'",
+        {"PYTHONPATH": str(blocker)},
+    )
 
 
 @case("traceback")

@@ -9,8 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 from distmis.config import AugmentConfig
-from distmis.data import Manifest, PatchSampler, augment, eval_batches, load_manifest, make_dataset
-from distmis.data._cases import write_case
+from distmis.data import Manifest, PatchSampler, augment, eval_batches, load_manifest, make_dataset, write_case
 
 
 def test_training_batches_have_the_worker_share_only(prepared16: Path) -> None:

@@ -133,3 +133,25 @@ def test_saved_variables_are_found_by_name_not_position(prepared16: Path) -> Non
     renamed["model/renamed"] = renamed.pop(f"model/{trainer.model.weights[0].path}")
     with pytest.raises(TrainingError, match=r"test: its variables do not match .*missing \['down0_conv1/kernel'\]"):
         assign_by_path(trainer.model.weights, renamed, prefix="model/", source="test")
+
+
+def test_validation_runs_predicts_sliding_window_with_the_training_patch(prepared16: Path) -> None:
+    """Validation covers each whole volume with the training patch, cube by cube, exactly as
+    ``predict`` does (same cubes, same Gaussian blend): its Dice is the Dice predict will give."""
+    import numpy as np
+    import tensorflow as tf
+
+    from distmis.data import load_manifest, read_case
+    from distmis.inference import sliding_window_predict
+    from distmis.training import Trainer
+
+    trainer = Trainer(_config(prepared16, patch=[8, 8, 12]), load_manifest(prepared16))
+    _, image, label, _ = read_case(prepared16, "val", 0)
+    volume = tf.constant(image[np.newaxis])
+    validated = trainer._validation_window()(volume, tf.zeros((1, 16, 16, 16, 1)))
+    expected = sliding_window_predict(
+        image, lambda cubes: trainer.model(cubes, training=False).numpy(), patch=(8, 8, 12), overlap=0.5
+    )
+    np.testing.assert_allclose(validated.numpy()[0], expected, atol=1e-5)
+    whole = trainer.model(volume, training=False).numpy()[0]
+    assert not np.allclose(whole, expected, atol=1e-3)  # not the whole volume through the network at once

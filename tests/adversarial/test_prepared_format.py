@@ -1,0 +1,129 @@
+"""The prepared format's record and its bad inputs, each run from the shell as a user would.
+
+An older format is refused with the command that prepares the data again; a truncated chunk, a
+missing case array and a foreground coordinate outside the volume each give one error line naming
+the file, before any training; an interrupted prepare is finished by ``--resume`` without redoing
+the cases it completed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import Assets, Workspace, check_case, run_distmis, write_msd
+
+pytestmark = pytest.mark.slow
+
+
+def _train_config(ws: Workspace, source: Path) -> Path:
+    return ws.file(
+        "train.yaml",
+        f"name: t\ndata: {{source: {source}}}\ntrain: {{epochs: 1, batch_size_per_replica: 1, patch: [8, 8, 8], "
+        "foreground_oversampling: 1.0}\nmodel: {depth: 2, filters: 4, norm: none}\n",
+    )
+
+
+def _first_train_case(prepared: Path) -> str:
+    return json.loads((prepared / "info.json").read_text())["splits"]["train"]["cases"][0]
+
+
+def test_a_dataset_of_the_older_format_is_refused_with_the_command_to_prepare_it_again(
+    assets: Assets, tmp_path: Path
+) -> None:
+    ws = Workspace(tmp_path, assets)
+    prepared = ws.prepared()
+    info = json.loads((prepared / "info.json").read_text())
+    info["format"] = "distmis-prepared/1"
+    info["preprocessing"]["shape"] = [16, 16, 16]
+    (prepared / "info.json").write_text(json.dumps(info))
+    check_case("old-format", "record", ws, ["train", str(_train_config(ws, prepared)), "--out", "run"], "info.json")
+    result = run_distmis(["visualize", "prepared", "--out", "case.png"], cwd=ws.dir)
+    assert "older distmis" in result.stderr and "distmis prepare" in result.stderr, result.stderr
+    assert "--overwrite --shape 16,16,16" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("damage", ["truncated_chunk", "missing_array", "foreground_outside"])
+def test_each_damaged_case_is_named_before_training(assets: Assets, tmp_path: Path, damage: str) -> None:
+    ws = Workspace(tmp_path, assets)
+    prepared = ws.prepared()
+    case = _first_train_case(prepared)
+    image = prepared / "cases" / f"{case}.image.b2nd"
+    if damage == "truncated_chunk":
+        image.write_bytes(image.read_bytes()[: image.stat().st_size // 2])
+        token = image.name
+    elif damage == "missing_array":
+        image.unlink()
+        token = image.name
+    else:
+        # a record that passes its checksum (rewritten consistently) but points outside the volume
+        foreground = prepared / "cases" / f"{case}.foreground.npz"
+        np.savez(foreground, **{"1": np.array([[3, 4, 99]], np.int32)})
+        info = json.loads((prepared / "info.json").read_text())
+        entry = info["cases"][case]["files"]["foreground"]
+        entry.update(sha256=hashlib.sha256(foreground.read_bytes()).hexdigest(), bytes=foreground.stat().st_size)
+        (prepared / "info.json").write_text(json.dumps(info))
+        token = foreground.name
+    config = _train_config(ws, prepared)
+    check_case(damage, "format", ws, ["train", str(config), "--out", "run"], token)
+
+
+def _done_cases(partial: Path) -> list[Path]:
+    return sorted((partial / "cases").glob("*.done.json")) if (partial / "cases").is_dir() else []
+
+
+def test_a_killed_prepare_resumes_without_redoing_its_finished_cases(tmp_path: Path) -> None:
+    raw = write_msd(tmp_path / "raw", cases=24, shape=(48, 48, 48))
+    env = {**os.environ, "DISTMIS_DATA_HOME": str(tmp_path / "cache")}
+    argv = [sys.executable, "-m", "distmis", "prepare", str(raw), "out", "--shape", "48,48,48", "--processes", "1"]
+    partial = tmp_path / ".out.distmis-partial"
+    proc = subprocess.Popen(
+        argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
+    deadline = time.monotonic() + 240
+    while len(_done_cases(partial)) < 2 and proc.poll() is None:  # observe the files, not the clock
+        assert time.monotonic() < deadline, "prepare wrote no finished case within 240 s"
+        time.sleep(0.005)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    if (tmp_path / "out").exists():
+        pytest.skip("prepare finished before it could be killed (nothing left to resume)")
+    kept = {p.name: p.stat().st_mtime_ns for p in (partial / "cases").glob("*.image.b2nd")}
+    finished = [p.name.removesuffix(".done.json") for p in _done_cases(partial)]
+    assert finished, "no case had finished when prepare was killed"
+    resumed = subprocess.run([*argv, "--resume"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert not partial.exists()
+    out = tmp_path / "out"
+    for case in finished:  # the cases it had finished were kept, not written again
+        name = f"{case}.image.b2nd"
+        assert (out / "cases" / name).stat().st_mtime_ns == kept[name], case
+    info = json.loads((out / "info.json").read_text())
+    assert sorted(info["cases"]) == sorted(f"CASE_{i:03d}" for i in range(24)) or len(info["cases"]) == 24
+    # the same as a prepare that was never interrupted
+    fresh = subprocess.run([*argv[:5], "fresh", *argv[6:]], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert fresh.returncode == 0, fresh.stderr[-3000:]
+    again = json.loads((tmp_path / "fresh" / "info.json").read_text())
+    assert {c: r["files"]["image"]["sha256"] for c, r in info["cases"].items()} == {
+        c: r["files"]["image"]["sha256"] for c, r in again["cases"].items()
+    }
+    assert info["fingerprint"] == again["fingerprint"]
+
+
+def test_resume_with_other_options_is_refused(tmp_path: Path) -> None:
+    raw = write_msd(tmp_path / "raw", cases=4, shape=(16, 16, 16))
+    partial = tmp_path / ".out.distmis-partial"
+    partial.mkdir()
+    (partial / ".distmis-job.json").write_text(json.dumps({"shape": [8, 8, 8]}))
+    result = run_distmis(["prepare", str(raw), "out", "--shape", "16,16,16", "--resume"], cwd=tmp_path)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("distmis: error:")]
+    assert result.returncode == 2 and len(errors) == 1 and "other options" in errors[0], result.stderr
+    assert not (tmp_path / "out").exists() and partial.is_dir()
