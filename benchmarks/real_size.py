@@ -5,7 +5,9 @@ For each case count N it prints, measured side by side in one run on the same fi
   * the prepared size against the ``.nii.gz`` inputs;
   * the training loader (128³ patches, batch 2, today's default augmentation) in a fresh process
     per setting: peak RSS, time to the first batch, patches/s at 1 and 2 threads;
-  * the raw read-and-copy rate of random 128³ patches from the format (one thread): the ceiling.
+  * the raw read-and-copy rate of random 128³ patches from the format (one thread): the ceiling;
+  * the checksum pass `distmis tune` makes once per search before its trials (not in the loader's
+    start-up: the trials find it recorded).
 With --train it also runs one `distmis train` epoch of 96³ patches on 4 cases with validation and a
 `distmis predict` of one whole case, each with its wall time and peak RSS.
 
@@ -20,6 +22,7 @@ hard links to them under their own names: every case is still read, prepared and
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import resource
@@ -122,7 +125,21 @@ def probe_loader(prepared: str, threads: int, batches: int) -> dict[str, Any]:
         next(it)
     rate = batches * 2 / (time.perf_counter() - start)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"threads": threads, "first_batch_s": first, "patches_per_s": rate, "peak_rss_mb": rss}
+    return {
+        "threads": threads,
+        "first_batch_s": first,
+        "patches_per_s": rate,
+        "peak_rss_mb": rss,
+        "rss_now_mb": _current_rss_mb(),  # after the timed batches: what the running loader holds
+    }
+
+
+def _current_rss_mb() -> float:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def raw_ceiling(prepared: Path, reads: int) -> float:
@@ -172,9 +189,9 @@ def train_and_predict(root: Path, msd: Path) -> dict[str, Any]:
     distmis = str(Path(sys.executable).with_name("distmis"))
     shutil.rmtree(root / "run", ignore_errors=True)  # this benchmark's own earlier run
     train = run_measured([distmis, "train", str(config), "--out", str(root / "run")], root)
-    timings = (
-        json.loads((root / "run" / "timings.json").read_text()) if (root / "run" / "timings.json").is_file() else {}
-    )
+    with open(root / "run" / "metrics.csv") as fh:  # the epoch's split: training steps, sliding-window validation
+        epoch = list(csv.DictReader(fh))[-1]
+    timings = {k: float(epoch[k]) for k in ("train_seconds", "val_seconds", "epoch_seconds", "val_dice")}
     image = sorted((msd / "imagesTr").glob("*.nii.gz"))[0]
     one = root / "one"
     one.mkdir(exist_ok=True)
@@ -226,6 +243,12 @@ def main() -> None:
     for n in (int(c) for c in args.cases.split(",")):
         msd = make_inputs(root, n, args.unique)
         row = measure_prepare(msd, root / f"prep-{n}")
+        # what `distmis tune` does once per search before any trial (the trials then find the stamps)
+        from distmis.data import load_manifest, verify_cases
+
+        start = time.perf_counter()
+        verify_cases(load_manifest(root / f"prep-{n}"), "train")
+        row["verify_checksums_s"] = time.perf_counter() - start
         for threads in (1, 2):
             out = subprocess.run(
                 [

@@ -104,6 +104,7 @@ def print_fixed_cost(
     fixed cost) and the rest of Tune's time in ``fit()``; the rest is negative where the trial's
     process was spawned before ``fit()`` began.
     """
+    phases = {k: v for k, v in phases.items() if not k.startswith("summed_")}  # trial totals, not phases
     accounted = sum(phases.values())
     rows = [("process start, imports, exit", tune1 - accounted)]
     for name, seconds in phases.items():

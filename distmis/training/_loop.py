@@ -256,7 +256,13 @@ class Trainer:
                 return i + 1, total + tf.pad(out, tf.concat([[[0, 0]], around, [[0, 0]]], 0))
 
             total = tf.zeros_like(label, tf.float32)
-            _, total = tf.while_loop(lambda i, _: i < len(origins), add_cube, [tf.constant(0), total])
+            _, total = tf.while_loop(
+                lambda i, _: i < len(origins),
+                add_cube,
+                [tf.constant(0), total],
+                # in a traced step the batch and channel sizes are unknown; the volume's are not
+                shape_invariants=[tf.TensorShape([]), tf.TensorShape([None, *shape, None])],
+            )
             return total * inverse_norm
 
         return whole

@@ -33,6 +33,7 @@ class Timings:
     def __init__(self) -> None:
         self.started = time.time()
         self.seconds: dict[str, float] = {}
+        self.summed: dict[str, float] = {}
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -43,7 +44,24 @@ class Timings:
             self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
 
     def write(self, path: Path) -> None:
-        write_json_atomic(path, {k: round(v, 3) for k, v in self.seconds.items()})
+        """Phases of the command's wall time, then ``summed_*``: seconds summed over every trial's
+        epochs (training steps and sliding-window validation), which overlap the ``trials`` phase."""
+        write_json_atomic(path, {k: round(v, 3) for k, v in {**self.seconds, **self.summed}.items()})
+
+    def sum_trial_epochs(self, grid: Any) -> None:
+        """Total the trials' ``train_seconds`` and ``val_seconds`` (what validation costs a search)."""
+        totals = {"summed_trial_train_seconds": 0.0, "summed_trial_validation_seconds": 0.0}
+        for result in grid:
+            frame = getattr(result, "metrics_dataframe", None)
+            if frame is None:
+                continue
+            for column, key in (
+                ("train_seconds", "summed_trial_train_seconds"),
+                ("val_seconds", "summed_trial_validation_seconds"),
+            ):
+                if column in frame:
+                    totals[key] += float(frame[column].fillna(0).sum())
+        self.summed = totals
 
 
 class RaySession:

@@ -319,6 +319,7 @@ def _end(
         summary = SearchSummary.interrupted_search(config, plan.out, timings.started)
     else:
         with timings.phase("results"):
+            timings.sum_trial_epochs(grid)
             summary = summarise(
                 config, grid, plan.out, wall_seconds=_since(timings), prepared=prepared, started_at=timings.started
             )

@@ -148,7 +148,11 @@ def test_validation_runs_predicts_sliding_window_with_the_training_patch(prepare
     trainer = Trainer(_config(prepared16, patch=[8, 8, 12]), load_manifest(prepared16))
     _, image, label, _ = read_case(prepared16, "val", 0)
     volume = tf.constant(image[np.newaxis])
-    validated = trainer._validation_window()(volume, tf.zeros((1, 16, 16, 16, 1)))
+    window = tf.function(  # as the evaluation step traces it: batch and channels unknown
+        trainer._validation_window(),
+        input_signature=[tf.TensorSpec([None, 16, 16, 16, None]), tf.TensorSpec([None, 16, 16, 16, None])],
+    )
+    validated = window(volume, tf.zeros((1, 16, 16, 16, 1)))
     expected = sliding_window_predict(
         image, lambda cubes: trainer.model(cubes, training=False).numpy(), patch=(8, 8, 12), overlap=0.5
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import os
 import signal
 import subprocess
@@ -129,6 +130,8 @@ def test_search_completes_concurrently_and_beats_untrained(prepared16: Path, tmp
     assert best.optimizer.lr == pytest.approx(summary.best_params["lr"])
     assert (out / "best" / "weights.npz").is_file() and (out / "optuna.journal").is_file()
     assert (out / "search.yaml").read_text() == path.read_text()
+    timings = json.loads((out / "timings.json").read_text())  # what validation cost the search
+    assert timings["summed_trial_validation_seconds"] > 0 and timings["summed_trial_train_seconds"] > 0, timings
     for r in rows:
         epochs = [int(x["epoch"]) for x in csv.DictReader(open(out / "trials" / r["trial_id"] / "metrics.csv"))]
         assert epochs == list(range(1, int(r["epochs"]) + 1))
