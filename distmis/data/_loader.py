@@ -230,8 +230,13 @@ def make_dataset(
             batches (every worker must run the same number of steps).
         threads: cap on tf.data's own thread pool (by default it sizes itself to every core of
             the host, which steals CPUs from concurrent trials).
-        foreground_oversampling: share of training patches centred on foreground
-            (:func:`foreground_patch`); the others are placed uniformly.
+        foreground_oversampling: share of training patches centred on foreground (see
+            :class:`PatchSampler`); the others are placed uniformly.
+
+    Patches are read by Python (``tf.numpy_function``): drop an iterator of a training pipeline
+    before the interpreter finalises (``del it``), as distmis's commands do or skip by ending with
+    ``os._exit``. A read still in flight during finalisation can never take the GIL again, and the
+    iterator's destructor would wait for it forever.
     """
     import tensorflow as tf
 

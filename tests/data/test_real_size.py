@@ -40,6 +40,9 @@ for _ in range(12):
     x, y, w = next(it)
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps({"after_first_mb": after_first, "peak_mb": peak, "shape": list(x.shape), "label": list(y.shape)}))
+# drop the iterator before the interpreter finalises: a patch read still in flight then could never
+# take the GIL again, and the iterator's destructor would wait for it forever
+del it
 """
 
 
@@ -89,7 +92,7 @@ def test_prepare_train_validate_and_predict_at_real_size(real_size: Path) -> Non
 
     (real_size / "train.yaml").write_text(
         "name: real\ndata: {source: prepared}\n"
-        "train: {epochs: 1, batch_size_per_replica: 1, patch: [64, 64, 64], steps_per_epoch: 2}\n"
+        "train: {epochs: 1, batch_size_per_replica: 1, patch: [128, 128, 128], steps_per_epoch: 2}\n"
         "model: {depth: 2, filters: 4}\n"
     )
     _distmis(["train", "train.yaml", "--out", "run"], real_size, env)
