@@ -190,7 +190,8 @@ def test_mlflow_ui_opens_on_the_training_runs(finished_search: Path, tmp_path: P
             clicked = 0.0
             while time.monotonic() < deadline:  # the single-page app fills the table after its API calls
                 text = browser.evaluate("document.body.innerText") or ""
-                if all(name in text for name in names):
+                # the table can fill before the page's heading renders: wait for both
+                if all(name in text for name in names) and "Training runs" in text:
                     break
                 # the parent row is there, collapsed: expand it (again only if nothing came of it in 10 s)
                 if parent.info.run_name in text and time.monotonic() - clicked > 10:
