@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import subprocess
@@ -12,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from distmis.simulate import fmt_stat, quartiles  # the figures every benchmark reports, one definition
 
 REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # this process prepares data with TensorFlow
@@ -74,26 +75,4 @@ def run_tune(doc: dict[str, Any], root: Path, out: Path) -> float:
     return wall
 
 
-def quartiles(values: list[float]) -> tuple[float, float, float]:
-    """Median and interquartile range (linear interpolation; an infinite value stays infinite)."""
-    xs = sorted(values)
-    if not xs:
-        return math.nan, math.nan, math.nan
-
-    def q(p: float) -> float:
-        pos = p * (len(xs) - 1)
-        lo, hi = math.floor(pos), math.ceil(pos)
-        if xs[lo] == xs[hi]:
-            return xs[lo]
-        if math.isinf(xs[hi]):
-            return math.inf if pos > lo else xs[lo]
-        return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-
-    return q(0.5), q(0.25), q(0.75)
-
-
-def fmt_stat(median: float, q1: float, q3: float, digits: int) -> str:
-    def f(x: float) -> str:
-        return "inf" if math.isinf(x) else "-" if math.isnan(x) else f"{x:.{digits}f}"
-
-    return f"{f(median)} [{f(q1)}-{f(q3)}]"
+__all__ = ["REPO", "TASK_FILES", "fmt_stat", "prepare_task", "quartiles", "run_tune"]

@@ -42,12 +42,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from benchlib import REPO, TASK_FILES, fmt_stat, prepare_task, quartiles, run_tune
+from benchlib import REPO, TASK_FILES, prepare_task, run_tune
+
+from distmis.simulate import analyse, finite_json, plot, table_text
 
 #: the default target of the search metric per task
 TARGETS = {"quickstart": 0.93, "mni152": 0.85}
 GRID_FILE = REPO / "search_spaces" / "distmis_grid.yaml"
-FRACTIONS = (0.25, 0.5, 1.0)
 ALL_METHODS = ("grid", "random", "tpe", "random+sched", "default", "tpe+asha-g2")
 
 
@@ -105,22 +106,29 @@ def method_search(method: str, base: dict[str, Any], seed: int, samples: int) ->
     raise SystemExit(f"unknown method {method!r}; expected one of {ALL_METHODS}")
 
 
+def search_doc(
+    method: str, seed: int, base: dict[str, Any], source: str, samples: int, epochs: int | None
+) -> dict[str, Any]:
+    """The search-space document one method runs for one seed (also what the simulator replays)."""
+    search, space = method_search(method, base, seed, samples)
+    doc = dict(base)
+    doc["name"] = f"bench-{method.replace('+', '_')}-s{seed}"
+    doc["data"] = {**base.get("data", {}), "source": source}
+    doc["train"] = {**base.get("train", {}), "seed": seed, **({"epochs": epochs} if epochs else {})}
+    doc["search"] = search
+    doc["space"] = space
+    doc["parallelism"] = {"mode": "experiment", "workers_per_trial": 1, "cpus_per_worker": 1, "gpus_per_worker": 0}
+    doc.pop("tracking", None)
+    return doc
+
+
 def run_one(
     method: str, seed: int, base: dict[str, Any], prepared: Path, root: Path, samples: int, epochs: int | None
 ) -> Path:
     out = root / "runs" / f"{method.replace('+', '_')}-s{seed}"
     if (out / "results.csv").is_file():
         return out
-    search, space = method_search(method, base, seed, samples)
-    doc = dict(base)
-    doc["name"] = f"bench-{method.replace('+', '_')}-s{seed}"
-    doc["data"] = {**base.get("data", {}), "source": str(prepared)}
-    doc["train"] = {**base.get("train", {}), "seed": seed, **({"epochs": epochs} if epochs else {})}
-    doc["search"] = search
-    doc["space"] = space
-    doc["parallelism"] = {"mode": "experiment", "workers_per_trial": 1, "cpus_per_worker": 1, "gpus_per_worker": 0}
-    doc.pop("tracking", None)
-    run_tune(doc, root, out)
+    run_tune(search_doc(method, seed, base, str(prepared), samples, epochs), root, out)
     return out
 
 
@@ -155,165 +163,6 @@ def read_search(out: Path, metric: str, mode: str) -> dict[str, Any]:
     }
 
 
-def best_so_far(events: list[tuple[float, float]], at: float) -> float:
-    best = -math.inf
-    for t, v in events:
-        if t > at:
-            break
-        best = max(best, v)
-    return best
-
-
-def time_to(events: list[tuple[float, float]], target: float) -> float:
-    return next((t for t, v in events if v >= target), math.inf)
-
-
-def compute_until(intervals: list[tuple[float, float]], at: float) -> float:
-    return sum(max(0.0, min(end, at) - start) for start, end in intervals if start < at)
-
-
-def auc(events: list[tuple[float, float]], horizon: float, floor: float) -> float:
-    """Mean of the best-so-far curve over [0, horizon] (``floor`` before the first result)."""
-    area, last_t, best = 0.0, 0.0, floor
-    for t, v in events:
-        if t > horizon:
-            break
-        area += (t - last_t) * best
-        last_t, best = t, max(best, v)
-    area += (horizon - last_t) * best
-    return area / horizon
-
-
-def analyse(runs: dict[str, dict[int, dict]], target: float, sign: float) -> dict[str, Any]:
-    grid_walls = [r["wall"] for r in runs.get("grid", {}).values()]
-    horizon = quartiles(grid_walls)[0] if grid_walls else max(r["wall"] for m in runs.values() for r in m.values())
-    signed_target = sign * target
-    floor = min(v for m in runs.values() for r in m.values() for _, v in r["events"][:1])
-    table: dict[str, Any] = {"horizon_seconds": horizon, "target": target, "methods": {}}
-    for method, seeds in runs.items():
-        per_seed = {}
-        for seed, r in seeds.items():
-            ttt = time_to(r["events"], signed_target)
-            per_seed[seed] = {
-                "time_to_target": ttt,
-                "compute_to_target": compute_until(r["intervals"], ttt) if math.isfinite(ttt) else math.inf,
-                **{f"best_at_{int(f * 100)}": sign * best_so_far(r["events"], f * horizon) for f in FRACTIONS},
-                "auc": sign * auc(r["events"], horizon, floor),
-                "best": sign * max(v for _, v in r["events"]),
-                "epochs": r["epochs"],
-                "trials": r["trials"],
-                "wall": r["wall"],
-                "reached": math.isfinite(ttt),
-            }
-        summary = {}
-        for key in next(iter(per_seed.values())):
-            if key == "reached":
-                summary[key] = sum(s[key] for s in per_seed.values())
-                continue
-            med, lo, hi = quartiles([s[key] for s in per_seed.values()])
-            summary[key] = {"median": med, "q1": lo, "q3": hi}
-        table["methods"][method] = {"seeds": per_seed, "summary": summary}
-    return table
-
-
-def _fmt(stat: dict[str, float], digits: int) -> str:
-    return fmt_stat(stat["median"], stat["q1"], stat["q3"], digits)
-
-
-def print_table(table: dict[str, Any], metric: str) -> str:
-    h = table["horizon_seconds"]
-    lines = [
-        f"target {metric} {table['target']}; horizon = the grid's median wall time {h:.1f} s; "
-        "median [IQR] over seeds; times from the first trial's start",
-        "",
-        "| method | reached | time to target (s) | compute to target (trial-s) | best @25% | best @50% | best @100% "
-        "| AUC | epochs | trials | wall (s) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    n = max(len(m["seeds"]) for m in table["methods"].values())
-    for method, m in table["methods"].items():
-        s = m["summary"]
-        lines.append(
-            f"| {method} | {s['reached']}/{len(m['seeds'])} | {_fmt(s['time_to_target'], 1)} | "
-            f"{_fmt(s['compute_to_target'], 0)} | {_fmt(s['best_at_25'], 4)} | {_fmt(s['best_at_50'], 4)} | "
-            f"{_fmt(s['best_at_100'], 4)} | {_fmt(s['auc'], 4)} | {_fmt(s['epochs'], 0)} | {_fmt(s['trials'], 0)} | "
-            f"{_fmt(s['wall'], 1)} |"
-        )
-    methods = table["methods"]
-    if "default" in methods:
-        d = methods["default"]["summary"]["time_to_target"]["median"]
-        lines.append("")
-        for other in ("grid", "random"):
-            if other in methods:
-                o = methods[other]["summary"]["time_to_target"]["median"]
-                ratio = d / o if o and math.isfinite(o) else math.nan
-                lines.append(f"default / {other}: median time to target {d:.1f} / {o:.1f} s = {ratio:.2f}")
-        if "grid" in methods:
-            lines.append(
-                f"median best at the grid's full wall time: default {methods['default']['summary']['best_at_100']['median']:.4f}, "
-                f"grid {methods['grid']['summary']['best_at_100']['median']:.4f}"
-            )
-    del n
-    text = "\n".join(lines)
-    print(text)
-    return text
-
-
-def plot(runs: dict[str, dict[int, dict]], table: dict[str, Any], path: Path, metric: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    longest = max(r["wall"] for m in runs.values() for r in m.values())
-    ts = np.linspace(0, longest, 300)
-    fig, ax = plt.subplots(figsize=(9, 5.5))
-    for method, seeds in runs.items():
-        curves = []
-        for r in seeds.values():
-            sign = r["sign"]
-            curves.append([sign * best_so_far(r["events"], t) if t <= r["wall"] else np.nan for t in ts])
-        arr = np.array(curves, dtype=float)
-        arr[~np.isfinite(arr)] = np.nan
-        with np.errstate(all="ignore"):
-            import warnings
-
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                med = np.nanmedian(arr, axis=0)
-                lo, hi = np.nanpercentile(arr, 25, axis=0), np.nanpercentile(arr, 75, axis=0)
-        (line,) = ax.plot(ts, med, label=f"{method} ({len(seeds)} seeds)")
-        ax.fill_between(ts, lo, hi, color=line.get_color(), alpha=0.15)
-    ax.axhline(table["target"], color="grey", ls="--", lw=1, label=f"target {table['target']}")
-    ax.axvline(table["horizon_seconds"], color="grey", ls=":", lw=1, label="grid's median wall time")
-    ax.set(
-        xlabel="seconds since the first trial started",
-        ylabel=f"best {metric} so far",
-        title="Best so far: median over seeds, IQR shaded",
-    )
-    lows = [v for m in table["methods"].values() for s in m["seeds"].values() for v in [s["best_at_25"]]]
-    finite = [v for v in lows if math.isfinite(v)]
-    if finite:
-        ax.set_ylim(max(0.0, min(finite) - 0.05), min(1.0, max(table["target"] + 0.03, ax.get_ylim()[1])))
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100, metadata={"Software": "distmis benchmarks/search_efficiency.py"})
-    plt.close(fig)
-
-
-def _finite(value: Any) -> Any:
-    """JSON has no infinity: a target never reached is written as null."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--task", default="quickstart", choices=sorted(TASK_FILES))
@@ -345,9 +194,10 @@ def main() -> None:
             outs[method][seed] = run_one(method, seed, base, prepared, root, a.samples, a.epochs)
     runs = {m: {s: read_search(o, metric, mode) for s, o in by_seed.items()} for m, by_seed in outs.items()}
     sign = 1.0 if mode == "max" else -1.0
-    table = analyse(runs, target, sign)
-    text = print_table(table, metric)
-    plot(runs, table, root / "best_so_far.png", metric)
+    table = analyse(runs, target, sign, horizon_from="grid")
+    text = table_text(table, metric)
+    print(text)
+    plot(runs, table, root / "best_so_far.png", metric, title="Best so far: median over seeds, IQR shaded")
     (root / "summary.md").write_text(text + "\n")
     document = {
         "task": a.task,
@@ -357,7 +207,7 @@ def main() -> None:
         **table,
         "curves": {m: {s: r["events"] for s, r in by_seed.items()} for m, by_seed in runs.items()},
     }
-    (root / "summary.json").write_text(json.dumps(_finite(document), indent=1))
+    (root / "summary.json").write_text(json.dumps(finite_json(document), indent=1))
     print(f"\n{root / 'summary.json'}, {root / 'best_so_far.png'}")
 
 

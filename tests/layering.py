@@ -33,7 +33,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("data", "model"),
     ("training", "tracking", "preflight"),
     ("tuning", "inference"),
-    ("compare", "finalize"),
+    ("compare", "finalize", "simulate"),
     ("cluster",),
     ("cli", "__main__"),
 ]

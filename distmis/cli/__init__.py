@@ -20,6 +20,7 @@ from typing import NoReturn
 
 from distmis import __version__
 from distmis.exceptions import DistmisError
+from distmis.exitcodes import KEYBOARD_INTERRUPT, USAGE
 from distmis.tensorflow_env import apply_tensorflow_env
 
 TENSORFLOW_HINT = "pip install 'distmis[cpu]' (or 'distmis[gpu]' on GPU nodes)"
@@ -45,6 +46,7 @@ COMMANDS = {
     "tune": "run a hyperparameter search from a search-space YAML",
     "compare": "experiment vs data vs hybrid parallelism: same configurations, same resources, side by side",
     "finalize": "cross-validate a search's best configurations and write RUN/final/, an ensemble of fold models",
+    "simulate": "replay recorded learning curves through a search's own searcher and scheduler on a virtual clock",
     "predict": "segment raw NIfTI scans with a trained model (sliding window, source geometry out)",
     "evaluate": "score a model on held-out raw cases: Dice, IoU, HD95 (mm), sensitivity, specificity",
     "validate": "check a configuration / search-space file without running it",
@@ -91,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from distmis.redact import redact
 
         print(f"distmis: error: {redact(str(exc))}", file=sys.stderr)  # a URI in a message keeps no password
-        return 2
+        return USAGE
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.split(".")[0] in ("tensorflow", "keras"):
             print(
@@ -99,11 +101,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"({sys.executable}); {TENSORFLOW_HINT}",
                 file=sys.stderr,
             )
-            return 2
+            return USAGE
         raise
     except KeyboardInterrupt:
         print("distmis: interrupted", file=sys.stderr)
-        return 130
+        return KEYBOARD_INTERRUPT
     except Exception as exc:
         from distmis.files import disk_failure
 
@@ -111,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if failure is None:
             raise
         print(f"distmis: error: {failure}", file=sys.stderr)
-        return 2
+        return USAGE
 
 
 def entrypoint() -> None:

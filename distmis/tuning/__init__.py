@@ -23,7 +23,16 @@ from distmis.tuning._searcher import OptunaSearcher, build_sampler
 from distmis.tuning._storage import remove_partials, tune_storage
 from distmis.tuning._tracking import fail_search_tracking
 from distmis.tuning._trial import TrialContext, trainable_for
-from distmis.tuning._tuner import TUNE_DIR, build_tuner, fit_quietly, trial_context, unfinished_trials
+from distmis.tuning._tuner import (
+    TUNE_DIR,
+    build_tuner,
+    fit_quietly,
+    planned_trials,
+    scheduler,
+    searcher,
+    trial_context,
+    unfinished_trials,
+)
 from distmis.tuning._workers import TrialSession, TrialStart, WorkerGroup
 
 __all__ = [
@@ -38,6 +47,9 @@ __all__ = [
     "TrialRow",
     "alive_nodes",
     "build_tuner",
+    "planned_trials",
+    "scheduler",
+    "searcher",
     "fail_search_tracking",
     "fit_quietly",
     "ray_session",

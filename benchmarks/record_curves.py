@@ -1,0 +1,186 @@
+"""Record a learning-curve table for ``distmis simulate``: a space-filling design trained to the end.
+
+A scrambled Sobol design over the task's space, each configuration one trial of a real
+``distmis tune`` (algorithm ``points``, no scheduler, so every trial trains every epoch), and a
+second training seed for the first ``--repeats`` configurations (seed noise). The search runs in
+``OUT/search``; an interrupted recording goes on with ``distmis tune --resume`` where it stopped,
+keeping every trial it finished. The table is then written from that search (``--table``).
+
+Tasks:
+  anatomy32   grey and white matter of the MNI152 brain (tests/anatomy.py), 20 subjects at 32^3,
+              4 mm; 9 dimensions: lr, norm, filters, depth, loss, batch size, dropout, schedule,
+              foreground oversampling; 16 epochs
+  quickstart  the quickstart data and the prototype grid's space with lr log-uniform (the space
+              benchmarks/search_efficiency.py searches), the grid's 32 points first; 6 epochs
+
+    python benchmarks/record_curves.py --task anatomy32 --configs 256 --repeats 48 \
+        --table benchmarks/curves/anatomy32.csv.gz
+    python benchmarks/record_curves.py --task quickstart --configs 64 --repeats 16 \
+        --table benchmarks/curves/quickstart.csv.gz
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from benchlib import REPO, TASK_FILES, prepare_task
+
+ANATOMY32_SPACE: dict[str, Any] = {
+    "lr": {"loguniform": [3.0e-4, 3.0e-2]},
+    "norm": {"choice": ["batch", "group", "instance"]},
+    "filters": {"choice": [4, 8, 16]},
+    "depth": {"choice": [2, 3]},
+    "loss": {"choice": ["dice", "dice_ce"]},
+    "batch_size_per_replica": {"choice": [1, 2, 4]},
+    "dropout": {"uniform": [0.0, 0.3]},
+    "lr_schedule": {"choice": ["constant", "poly", "cosine"]},
+    "foreground_oversampling": {"uniform": [0.0, 0.67]},
+}
+
+
+def anatomy32_base(root: Path) -> dict[str, Any]:
+    """The 32^3, 4 mm real-anatomy task (12 train, 4 validation, 4 test subjects)."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from anatomy import write_mni152_task
+
+    raw = root / "data" / "mni152_32"
+    if not (raw / "dataset.json").is_file():
+        write_mni152_task(raw, shape=(32, 32, 32), voxel_mm=4.0)
+    return {
+        "name": "curves-anatomy32",
+        "data": {
+            "source": str(raw),
+            "prepare": {"shape": [32, 32, 32], "label_mode": "multiclass", "split": [0.6, 0.2, 0.2]},
+        },
+        "train": {"epochs": 16, "batch_size_per_replica": 2, "patch": [32, 32, 32]},
+        "model": {"depth": 3, "filters": 8, "norm": "group", "groups": 4},
+        "optimizer": {"name": "adam"},
+        "search": {"metric": "val_dice", "mode": "max"},
+        "space": ANATOMY32_SPACE,
+    }
+
+
+def quickstart_base(root: Path) -> dict[str, Any]:
+    """The quickstart file with the space search_efficiency.py searches (the grid's, lr continuous)."""
+    from search_efficiency import continuous_space, grid_space
+
+    base = yaml.safe_load(TASK_FILES["quickstart"].read_text())
+    prepared = prepare_task("quickstart", base, TASK_FILES["quickstart"].parent, root)
+    base["name"] = "curves-quickstart"
+    base["data"] = {**base["data"], "source": str(prepared)}
+    base["space"] = continuous_space(grid_space())
+    return base
+
+
+def sobol_points(space: dict[str, Any], n: int, seed: int) -> list[dict[str, Any]]:
+    """``n`` configurations of a scrambled Sobol design, mapped onto each parameter's distribution."""
+    from scipy.stats import qmc
+
+    names = list(space)
+    unit = qmc.Sobol(d=len(names), scramble=True, seed=seed).random(n)
+    points = []
+    for row in unit:
+        point: dict[str, Any] = {}
+        for name, u in zip(names, row, strict=True):
+            spec = space[name]
+            if "loguniform" in spec:
+                lo, hi = spec["loguniform"]
+                point[name] = float(f"{math.exp(math.log(lo) + u * (math.log(hi) - math.log(lo))):.4g}")
+            elif "uniform" in spec:
+                lo, hi = spec["uniform"]
+                point[name] = float(f"{lo + u * (hi - lo):.4g}")
+            else:
+                options = spec["choice"]
+                point[name] = options[min(int(u * len(options)), len(options) - 1)]
+        points.append(point)
+    return points
+
+
+def design(task: str, space: dict[str, Any], configs: int, repeats: int, seed: int) -> list[dict[str, Any]]:
+    """The trials to record, in order: every configuration with training seed 0, then the repeats with seed 1."""
+    first: list[dict[str, Any]] = []
+    if task == "quickstart":
+        from search_efficiency import grid_space, shuffled_grid
+
+        first = shuffled_grid(grid_space(), seed)  # the grid's own points, so the grid is simulated exactly
+    points = first + sobol_points(space, configs, seed)
+    return [{**p, "seed": 0} for p in points] + [{**p, "seed": 1} for p in points[:repeats]]
+
+
+def record(doc: dict[str, Any], root: Path) -> Path:
+    """Run (or resume) the recording search; returns its directory."""
+    out = root / "search"
+    cfg = root / "record.yaml"
+    text = yaml.safe_dump(doc, sort_keys=False)
+    if cfg.is_file() and cfg.read_text() != text and out.exists():
+        raise SystemExit(f"{root}: holds a recording of another design; choose another --out")
+    cfg.write_text(text)
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}", "PYTHONUNBUFFERED": "1"}
+    if (out / "summary.json").is_file():
+        print(f"recording: {out} is finished", flush=True)
+        return out
+    resume = ["--resume"] if (out / "tune").exists() else []
+    print(f"recording: {len(doc['search']['points'])} trials -> {out} {'(resumed)' if resume else ''}", flush=True)
+    start = time.time()
+    rc = subprocess.call([sys.executable, "-m", "distmis", "tune", str(cfg), "--out", str(out), *resume], env=env)
+    print(f"recording: exit {rc} after {time.time() - start:.0f} s", flush=True)
+    if rc != 0 or not (out / "summary.json").is_file():
+        raise SystemExit(f"the recording stopped (exit {rc}); run this command again to go on from where it stopped")
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--task", default="anatomy32", choices=["anatomy32", "quickstart"])
+    p.add_argument("--configs", type=int, default=256, help="Sobol configurations (a power of 2 keeps its balance)")
+    p.add_argument("--repeats", type=int, default=48, help="configurations trained again with a second seed")
+    p.add_argument("--epochs", type=int, default=None, help="train.epochs (default: the task's)")
+    p.add_argument("--seed", type=int, default=0, help="the design's scrambling seed")
+    p.add_argument("--concurrency", type=int, default=2)
+    p.add_argument("--out", default=None, help="default runs/curves-<task>")
+    p.add_argument("--table", default=None, help="write the curve table here (.csv or .csv.gz)")
+    a = p.parse_args()
+
+    root = Path(a.out or REPO / "runs" / f"curves-{a.task}").resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("DISTMIS_DATA_HOME", str(root / "data"))
+    base = anatomy32_base(root) if a.task == "anatomy32" else quickstart_base(root)
+    space = dict(base["space"])
+    points = design(a.task, space, a.configs, a.repeats, a.seed)
+    doc = dict(base)
+    if a.epochs:
+        doc["train"] = {**doc["train"], "epochs": a.epochs}
+    doc["search"] = {
+        **base["search"],
+        "algorithm": "points",
+        "points": points,
+        "scheduler": {"type": "none"},
+        "max_concurrent_trials": a.concurrency,
+        "max_failures": 0,
+    }
+    doc["space"] = {**space, "seed": {"choice": [0, 1]}}
+    doc["parallelism"] = {"mode": "experiment", "workers_per_trial": 1, "cpus_per_worker": 1, "gpus_per_worker": 0}
+    search = record(doc, root)
+    if a.table:
+        from distmis.simulate import curves_of_search, write_table
+
+        table, left_out = curves_of_search(search)
+        path = write_table(table.curves, a.table)
+        configs = len({tuple(sorted((k, str(v)) for k, v in c.params.items())) for c in table.curves})
+        print(
+            f"{path}: {len(table.curves)} curves of {configs} configurations ({left_out} failed or diverged, "
+            f"left out), {path.stat().st_size / 1024:.0f} KiB",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()

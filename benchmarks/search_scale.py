@@ -1,0 +1,237 @@
+"""Which searcher and scheduler at which scale: simulated searches on the shipped curves, K workers, over seeds.
+
+Every method is a search file over the table's space (``record_curves.py``'s anatomy32 space, 16
+epochs) run by ``distmis simulate``'s engine, that is by the searcher and scheduler ``distmis tune``
+builds. For each number of workers K and budget of trials, per method, as median [IQR] over seeds:
+
+  time to R       virtual seconds until the best so far reaches random search's final best R (the
+                  median over seeds of random's final best at that K and budget)
+  best @25/50/100 the best value at 25, 50 and 100 % of random's median wall time
+  compute         trial-seconds spent by the whole search (what a cluster bills)
+
+Methods:
+  grid            a 32-point grid: lr x norm x filters x loss, the rest at the task's defaults
+  random          Optuna's RandomSampler, no scheduler;   random+asha: with ASHA (grace 1, factor 2)
+  tpe             Optuna 5 TPE, multivariate, grouped, constant liar (distmis's), no scheduler
+  tpe+asha        TPE with ASHA (grace 1, factor 2): distmis's default
+  tpe+hyperband   TPE with asynchronous Hyperband (ASHA over 3 brackets)
+  tpe+asha-s10    TPE + ASHA with 10 random start-up trials whatever K (the default starts with 2 x K)
+
+    python benchmarks/search_scale.py --workers 1,4,8,32,128 --budgets 64,128,256 --seeds 10
+    python benchmarks/search_scale.py --speed        # one 128-trial search on 32 workers, timed
+    python benchmarks/search_scale.py --speedup      # grid and default search, 1 worker against 32
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from benchlib import REPO
+from record_curves import ANATOMY32_SPACE
+
+from distmis.config import ExperimentConfig
+from distmis.files import write_text_atomic
+from distmis.simulate import (
+    LeaveOneOut,
+    NearestCurves,
+    SearchRun,
+    StartupCosts,
+    analyse,
+    finite_json,
+    fmt_stat,
+    quartiles,
+    read_table,
+    simulate_search,
+    typed_for,
+)
+
+CURVES = REPO / "benchmarks" / "curves" / "anatomy32.csv.gz"
+EPOCHS = 16
+ASHA = {"type": "asha", "grace_period": 1, "reduction_factor": 2}
+GRID_SPACE: dict[str, Any] = {
+    "lr": {"choice": [5.0e-4, 2.0e-3, 8.0e-3, 3.0e-2]},
+    "norm": {"choice": ["batch", "group"]},
+    "filters": {"choice": [8, 16]},
+    "loss": {"choice": ["dice", "dice_ce"]},
+    "depth": {"choice": [3]},
+    "batch_size_per_replica": {"choice": [2]},
+    "dropout": {"choice": [0.0]},
+    "lr_schedule": {"choice": ["constant"]},
+    "foreground_oversampling": {"choice": [0.33]},
+}
+METHODS: dict[str, dict[str, Any]] = {
+    "grid": {"algorithm": "grid", "scheduler": {"type": "none"}},
+    "random": {"algorithm": "random", "scheduler": {"type": "none"}},
+    "random+asha": {"algorithm": "random", "scheduler": ASHA},
+    "tpe": {"algorithm": "optuna", "scheduler": {"type": "none"}},
+    "tpe+asha": {"algorithm": "optuna", "scheduler": ASHA},
+    "tpe+hyperband": {"algorithm": "optuna", "scheduler": {**ASHA, "brackets": 3}},
+    "tpe+asha-s10": {"algorithm": "optuna", "scheduler": ASHA, "startup_trials": 10},
+}
+
+
+def method_config(method: str, *, budget: int, workers: int, seed: int) -> ExperimentConfig:
+    doc = {
+        "name": f"scale-{method.replace('+', '_')}",
+        "data": {"source": "synthetic"},
+        "train": {"epochs": EPOCHS},
+        "search": {
+            **METHODS[method],
+            "metric": "val_dice",
+            "mode": "max",
+            "num_samples": budget,
+            "max_concurrent_trials": workers,
+            "seed": seed,
+        },
+        "space": GRID_SPACE if method == "grid" else ANATOMY32_SPACE,
+    }
+    return ExperimentConfig.model_validate(doc)
+
+
+class Curves:
+    """The shipped table, typed once per space (the grid's and the sampled one's)."""
+
+    def __init__(self, path: Path) -> None:
+        self.table = read_table(path)
+        self._cache: dict[str, tuple[NearestCurves, StartupCosts]] = {}
+        self.loo: dict[str, LeaveOneOut] = {}
+
+    def for_config(self, config: ExperimentConfig) -> tuple[NearestCurves, StartupCosts]:
+        key = json.dumps({k: v.model_dump() for k, v in config.space.items()}, sort_keys=True)
+        if key not in self._cache:
+            typed = typed_for(self.table, config.space, metric="val_dice", epochs=EPOCHS)
+            surrogate = NearestCurves(typed, config.space, metric="val_dice", mode="max")
+            self.loo[config.name] = surrogate.choose_weights()
+            self._cache[key] = (surrogate, StartupCosts.of_curves(typed.curves))
+        return self._cache[key]
+
+
+def one(curves: Curves, method: str, *, workers: int, budget: int, seed: int) -> SearchRun:
+    config = method_config(method, budget=budget, workers=workers, seed=seed)
+    surrogate, costs = curves.for_config(config)
+    return simulate_search(config, surrogate, workers=workers, costs=costs, seed=seed)
+
+
+def speed(curves: Curves) -> None:
+    """The must-show figure: one 128-trial default search on 32 workers, wall and virtual time."""
+    for method in ("random", "tpe+asha", "tpe"):
+        start = time.perf_counter()
+        run = one(curves, method, workers=32, budget=128, seed=0)
+        took = time.perf_counter() - start
+        print(
+            f"{method}: 128 trials on 32 workers simulated in {took:.1f} s (decisions {run.decision_seconds:.1f} s), "
+            f"covering {run.wall:.0f} virtual seconds ({run.wall / 3600:.2f} h), {run.epochs} epochs",
+            flush=True,
+        )
+
+
+def speedup(curves: Curves, seeds: int) -> str:
+    """Experiment parallelism at 32 workers: the 32-point grid and a 128-trial default search, 1 worker against 32.
+
+    Speed-up is the median wall time on 1 worker over the median on 32, of the trials alone and
+    end to end (the search's fixed cost before its first trial, as recorded, added to both);
+    efficiency is the end-to-end speed-up over 32. The simulation charges each slot its measured
+    cold start and each trial its measured start-up.
+    """
+    lines = [
+        "| search | wall, 1 worker (s) | wall, 32 workers (s) | speed-up, trials | speed-up, end to end | efficiency "
+        "| compute, 1 / 32 (trial-s) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for label, method, budget in (("32-point grid", "grid", 32), ("128-trial default (TPE + ASHA)", "tpe+asha", 128)):
+        walls, computes = {}, {}
+        fixed = curves.for_config(method_config(method, budget=budget, workers=1, seed=0))[1].search
+        for k in (1, 32):
+            runs = [one(curves, method, workers=k, budget=budget, seed=s).as_dict() for s in range(seeds)]
+            walls[k] = quartiles([r["wall"] for r in runs])[0]
+            computes[k] = quartiles([sum(b - a for a, b in r["intervals"]) for r in runs])[0]
+        end_to_end = (fixed + walls[1]) / (fixed + walls[32])
+        lines.append(
+            f"| {label} | {walls[1]:.0f} | {walls[32]:.0f} | x{walls[1] / walls[32]:.1f} | x{end_to_end:.1f} | "
+            f"{end_to_end / 32:.0%} | {computes[1]:.0f} / {computes[32]:.0f} |"
+        )
+    lines.append(f"(fixed cost before the first trial, as recorded: {fixed:.1f} s)")
+    return "\n".join(lines)
+
+
+def scenario(curves: Curves, methods: list[str], *, workers: int, budget: int, seeds: int) -> dict[str, Any]:
+    runs: dict[str, dict[int, dict]] = {}
+    for method in methods:
+        runs[method] = {}
+        for seed in range(seeds):
+            runs[method][seed] = one(curves, method, workers=workers, budget=budget, seed=seed).as_dict()
+        print(f"  K={workers} budget={budget} {method}: {seeds} seeds", flush=True)
+    finals = [max(v for _, v in r["events"]) for r in runs["random"].values()]
+    target = quartiles(finals)[0]
+    return analyse(runs, target, 1.0, horizon_from="random")
+
+
+def _row(method: str, m: dict[str, Any]) -> str:
+    s = m["summary"]
+
+    def f(key: str, digits: int) -> str:
+        return fmt_stat(s[key]["median"], s[key]["q1"], s[key]["q3"], digits)
+
+    return (
+        f"| {method} | {s['reached']}/{len(m['seeds'])} | {f('time_to_target', 0)} | {f('best_at_25', 4)} | "
+        f"{f('best_at_50', 4)} | {f('best_at_100', 4)} | {f('compute', 0)} | {f('epochs', 0)} |"
+    )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--curves", default=str(CURVES))
+    p.add_argument("--workers", default="1,4,8,32,128")
+    p.add_argument("--budgets", default="64,128,256")
+    p.add_argument("--seeds", type=int, default=10)
+    p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--speed", action="store_true", help="only time one 128-trial search on 32 workers")
+    p.add_argument("--speedup", action="store_true", help="only the 1-against-32-workers speed-up")
+    p.add_argument("--out", default=str(REPO / "runs" / "bench-search-scale"))
+    a = p.parse_args()
+
+    curves = Curves(Path(a.curves))
+    if a.speed:
+        speed(curves)
+        return
+    if a.speedup:
+        print(speedup(curves, a.seeds))
+        return
+    out = Path(a.out)
+    methods = [m.strip() for m in a.methods.split(",") if m.strip()]
+    if "random" not in methods:
+        raise SystemExit("--methods must include random: its final best is the target")
+    results: dict[str, Any] = {}
+    lines = [
+        f"simulated on {a.curves}; {a.seeds} seeds; median [IQR]; target R = random's median final best at that "
+        "K and budget; fractions of random's median wall time",
+    ]
+    for workers in [int(k) for k in a.workers.split(",")]:
+        for budget in [int(b) for b in a.budgets.split(",")]:
+            start = time.perf_counter()
+            table = scenario(curves, methods, workers=workers, budget=budget, seeds=a.seeds)
+            results[f"K{workers}-N{budget}"] = table
+            lines += [
+                "",
+                f"K = {workers} workers, {budget} trials: R = {table['target']:.4f}, random's wall "
+                f"{table['horizon_seconds']:.0f} s (simulated in {time.perf_counter() - start:.0f} s)",
+                "",
+                "| method | reached R | time to R (s) | best @25% | best @50% | best @100% | compute (trial-s) | epochs |",
+                "|---|---|---|---|---|---|---|---|",
+                *(_row(m, table["methods"][m]) for m in methods),
+            ]
+            print("\n".join(lines[-(len(methods) + 4) :]), flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out / "summary.md", "\n".join(lines) + "\n")
+    write_text_atomic(out / "summary.json", json.dumps(finite_json(results), indent=1) + "\n")
+    write_text_atomic(out / "methods.yaml", yaml.safe_dump({"methods": METHODS, "grid_space": GRID_SPACE}))
+    print(f"\n{out / 'summary.md'}, {out / 'summary.json'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""Does the simulator reproduce real searches? Real ``search_efficiency.py`` runs beside their simulation.
+
+The real runs are those ``benchmarks/search_efficiency.py`` left in its ``--out`` (2 trials at a
+time, one ``distmis tune`` per method and seed). The simulation replays the very search documents
+those runs were given (same sampler seeds, same grid order; ``search_doc``), on 2 workers, over
+curves recorded on the same task by ``record_curves.py``, for ``--sim-seeds`` seeds. Both are read
+by the same analysis (``distmis.simulate.analyse``) with the same target and horizon (the real
+grid's median wall time), so the figures compare one to one.
+
+Agreement asked of the simulator: median time to target within +-25 % of the real one for each
+method, and the methods in the same order.
+
+    python benchmarks/search_efficiency.py --task quickstart --seeds 3 --methods grid,random,default
+    python benchmarks/record_curves.py --task quickstart --table benchmarks/curves/quickstart.csv.gz
+    python benchmarks/simulator_fidelity.py --task quickstart --curves benchmarks/curves/quickstart.csv.gz
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import yaml
+from benchlib import REPO, TASK_FILES
+from search_efficiency import TARGETS, read_search, search_doc
+
+from distmis.config import ExperimentConfig
+from distmis.files import write_text_atomic
+from distmis.simulate import (
+    NearestCurves,
+    StartupCosts,
+    analyse,
+    finite_json,
+    fmt_stat,
+    read_table,
+    simulate_search,
+    typed_for,
+)
+
+METHODS = ("grid", "random", "default")
+
+
+def real_runs(root: Path, methods: list[str], metric: str, mode: str) -> dict[str, dict[int, dict]]:
+    runs: dict[str, dict[int, dict]] = {}
+    for method in methods:
+        found = sorted((root / "runs").glob(f"{method.replace('+', '_')}-s*"))
+        runs[method] = {
+            int(d.name.rsplit("-s", 1)[1]): read_search(d, metric, mode) for d in found if (d / "results.csv").is_file()
+        }
+        if not runs[method]:
+            raise SystemExit(f"{root}: no finished real run of {method}; run search_efficiency.py first")
+    return runs
+
+
+def simulated_runs(
+    base: dict[str, Any], curves: Path, methods: list[str], seeds: int, samples: int
+) -> tuple[dict[str, dict[int, dict]], dict[str, Any]]:
+    table = read_table(curves)
+    runs: dict[str, dict[int, dict]] = {m: {} for m in methods}
+    notes: dict[str, Any] = {}
+    for method in methods:
+        first = ExperimentConfig.model_validate(search_doc(method, 0, base, "synthetic", samples, None))
+        typed = typed_for(table, first.space, metric=first.search.metric, epochs=first.train.epochs)
+        surrogate = NearestCurves(typed, first.space, metric=first.search.metric, mode=first.search.mode)
+        loo = surrogate.choose_weights()  # the space is the method's, whatever the seed
+        costs = StartupCosts.of_curves(typed.curves)
+        notes[method] = {
+            "costs": costs.__dict__,
+            "leave_one_out": loo.__dict__,
+            "loo_line": loo.line(first.search.metric),
+        }
+        for seed in range(seeds):
+            config = ExperimentConfig.model_validate(search_doc(method, seed, base, "synthetic", samples, None))
+            runs[method][seed] = simulate_search(config, surrogate, workers=2, costs=costs, seed=seed).as_dict()
+        print(f"  simulated {method}: {seeds} seeds", flush=True)
+    return runs, notes
+
+
+def _rank(table: dict[str, Any]) -> list[str]:
+    """Methods from fastest to slowest median time to target (ties: the better AUC first)."""
+    methods = table["methods"]
+    return sorted(
+        methods,
+        key=lambda m: (methods[m]["summary"]["time_to_target"]["median"], -methods[m]["summary"]["auc"]["median"]),
+    )
+
+
+def compare(real: dict[str, Any], sim: dict[str, Any]) -> str:
+    def stat(table: dict[str, Any], method: str, key: str, digits: int) -> str:
+        s = table["methods"][method]["summary"][key]
+        return fmt_stat(s["median"], s["q1"], s["q3"], digits)
+
+    lines = [
+        f"target {real['target']}; horizon {real['horizon_seconds']:.0f} s (the real grid's median wall); "
+        "median [IQR]; real: seeds of search_efficiency.py, simulated: seeds of the simulator on 2 workers",
+        "",
+        "| method | reached (real / sim) | time to target, real (s) | simulated (s) | sim / real | best @100%, real "
+        "| simulated | epochs, real | simulated |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for m in real["methods"]:
+        r, s = real["methods"][m]["summary"], sim["methods"][m]["summary"]
+        rt, st = r["time_to_target"]["median"], s["time_to_target"]["median"]
+        ratio = st / rt if math.isfinite(rt) and math.isfinite(st) and rt > 0 else math.nan
+        lines.append(
+            f"| {m} | {r['reached']}/{len(real['methods'][m]['seeds'])} / {s['reached']}/{len(sim['methods'][m]['seeds'])} "
+            f"| {stat(real, m, 'time_to_target', 1)} | {stat(sim, m, 'time_to_target', 1)} | {ratio:.2f} "
+            f"| {stat(real, m, 'best_at_100', 4)} | {stat(sim, m, 'best_at_100', 4)} "
+            f"| {stat(real, m, 'epochs', 0)} | {stat(sim, m, 'epochs', 0)} |"
+        )
+    lines += ["", f"ranking, real: {' < '.join(_rank(real))}; simulated: {' < '.join(_rank(sim))}"]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--task", default="quickstart", choices=sorted(TASK_FILES))
+    p.add_argument("--real", default=None, help="search_efficiency.py's --out (default runs/bench-search-<task>)")
+    p.add_argument("--curves", required=True)
+    p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--sim-seeds", type=int, default=10)
+    p.add_argument("--samples", type=int, default=32)
+    p.add_argument("--target", type=float, default=None)
+    a = p.parse_args()
+
+    base = yaml.safe_load(TASK_FILES[a.task].read_text())
+    metric, mode = base["search"].get("metric", "val_dice"), base["search"].get("mode", "max")
+    sign = 1.0 if mode == "max" else -1.0
+    target = a.target if a.target is not None else TARGETS[a.task]
+    root = Path(a.real or REPO / "runs" / f"bench-search-{a.task}")
+    methods = [m.strip() for m in a.methods.split(",") if m.strip()]
+    real = analyse(real_runs(root, methods, metric, mode), target, sign, horizon_from="grid")
+    sim_runs, notes = simulated_runs(base, Path(a.curves), methods, a.sim_seeds, a.samples)
+    # the simulated runs read at the real runs' horizon: fractions of the real grid's wall time
+    sim = analyse(sim_runs, target, sign, horizon=(real["horizon_seconds"], real["horizon"]))
+    text = compare(real, sim)
+    print(text)
+    write_text_atomic(root / "fidelity.md", text + "\n")
+    write_text_atomic(
+        root / "fidelity.json",
+        json.dumps(finite_json({"real": real, "simulated": sim, "simulation": notes, "curves": a.curves}), indent=1)
+        + "\n",
+    )
+    print(f"\n{root / 'fidelity.md'}, {root / 'fidelity.json'}")
+
+
+if __name__ == "__main__":
+    main()

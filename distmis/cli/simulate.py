@@ -1,0 +1,46 @@
+"""Simulate searches on recorded learning curves: the searcher and scheduler that `distmis tune` builds
+from each file, driven on a virtual clock with K concurrent trials, over seeds.
+
+The curves come from a curve table (CSV or CSV.gz, see docs) or straight from finished search
+directories (a pilot search run without a scheduler). A configuration the curves do not hold is
+answered by its nearest recorded neighbour. Writes summary.md, summary.json and best_so_far.png.
+
+  distmis simulate random.yaml tpe.yaml --curves benchmarks/curves/anatomy32.csv.gz --workers 32 --samples 128
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.add_argument("search", nargs="+", help="search-space file(s); each is one method")
+    p.add_argument(
+        "--curves", nargs="+", required=True, metavar="PATH", help="curve table(s) or finished search director(ies)"
+    )
+    p.add_argument("--workers", type=int, required=True, metavar="K", help="trials at once")
+    p.add_argument("--samples", type=int, default=None, metavar="N", help="trials per search (default: the file's)")
+    p.add_argument("--seeds", type=int, default=10, metavar="S", help="seeds per search (default 10)")
+    p.add_argument(
+        "--target", type=float, default=None, help="target of the search metric (default: the first file's median best)"
+    )
+    p.add_argument("--out", default=None, help="output directory (default runs/simulate-<first file's name>)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from distmis.simulate import run_simulation
+
+    files = [Path(f) for f in args.search]
+    out = Path(args.out) if args.out else Path("runs") / f"simulate-{files[0].stem}"
+    run_simulation(
+        files,
+        [Path(c) for c in args.curves],
+        workers=args.workers,
+        seeds=args.seeds,
+        samples=args.samples,
+        target=args.target,
+        out=out.resolve(),
+    )
+    return 0

@@ -1,0 +1,33 @@
+"""Searches simulated on a virtual clock: recorded learning curves replayed through distmis's own searcher and scheduler."""
+
+from distmis.simulate._curves import Curve, CurveError, CurveTable, read_table, typed_for, write_table
+from distmis.simulate._engine import SearchRun, StartupCosts, simulate_search
+from distmis.simulate._from_search import curves_of_search, read_curves
+from distmis.simulate._report import analyse, finite_json, fmt_stat, plot, quartiles, table_text
+from distmis.simulate._run import method_of, run_simulation, with_seed
+from distmis.simulate._surrogate import LeaveOneOut, NearestCurves
+
+__all__ = [
+    "Curve",
+    "CurveError",
+    "CurveTable",
+    "LeaveOneOut",
+    "NearestCurves",
+    "SearchRun",
+    "StartupCosts",
+    "analyse",
+    "curves_of_search",
+    "finite_json",
+    "fmt_stat",
+    "method_of",
+    "plot",
+    "quartiles",
+    "read_curves",
+    "read_table",
+    "run_simulation",
+    "simulate_search",
+    "table_text",
+    "typed_for",
+    "with_seed",
+    "write_table",
+]

@@ -1,0 +1,330 @@
+"""Learning curves as data: the curve table, read from a file or from finished searches, and written.
+
+A simulated search needs, for every configuration it may propose, what a real trial of that
+configuration reported epoch by epoch and how long each epoch took. The curve table holds that,
+one row per trial and epoch, as CSV (gzip-compressed when the name ends in ``.gz``)::
+
+    trial              a trial's id (its rows share it; epochs 1, 2, ... in order)
+    training_seed      train.seed of the trial (two seeds of one configuration measure seed noise)
+    warm               1 when the trial ran in a process a previous trial had started (Tune's reused actors)
+    slot_startup_seconds  a fresh slot's cold start before the trial started (its process, Ray's actor);
+                       empty for a warm trial
+    startup_seconds    seconds from the trial's start to its first epoch (data, model, tracing); for a
+                       warm trial, from the end of the trial that freed its slot
+    epoch              1, 2, ...
+    epoch_seconds      seconds of that epoch, its validation included
+    peak_memory_bytes  the trial's peak memory where it is known, else empty
+    search_fixed_seconds  the recorded search's time before its first trial (checks, data, Ray and
+                       MLflow start-up, the tuner), the same on every row of one search; may be empty
+    param.<name>       one column per searched parameter, empty where a condition left it unsampled
+    val_<metric>       every validation metric the trial reported (val_dice, val_loss, ...)
+
+Every value is a finite number: a trial whose metrics diverged (NaN) is left out when a table is
+built from a search, because a table stands for configurations that can be trained.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import math
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from distmis.exceptions import ConfigError
+from distmis.files import write_text_atomic
+from distmis.space import ParamSpec, Space
+
+PARAM_PREFIX = "param."
+METRIC_PREFIX = "val_"
+#: the columns every row has, in the order a table is written
+FIXED_COLUMNS = (
+    "trial",
+    "training_seed",
+    "warm",
+    "slot_startup_seconds",
+    "startup_seconds",
+    "epoch",
+    "epoch_seconds",
+    "peak_memory_bytes",
+    "search_fixed_seconds",
+)
+
+
+class CurveError(ConfigError):
+    """A curve table that cannot stand for the search asked of it (one line naming file and row)."""
+
+
+@dataclass
+class Curve:
+    """One trial of a recorded search: its configuration and what it reported each epoch."""
+
+    trial: str
+    training_seed: int
+    params: dict[str, Any]
+    warm: bool
+    startup_seconds: float
+    slot_startup_seconds: float | None = None
+    epoch_seconds: list[float] = field(default_factory=list)
+    values: dict[str, list[float]] = field(default_factory=dict)
+    peak_memory_bytes: float | None = None
+    search_fixed_seconds: float | None = None
+
+    @property
+    def epochs(self) -> int:
+        return len(self.epoch_seconds)
+
+    def result(self, epoch: int) -> dict[str, float]:
+        """What the trial reported after ``epoch`` (1-based), as Tune's result holds it."""
+        return {"epoch": epoch, **{name: series[epoch - 1] for name, series in self.values.items()}}
+
+
+@dataclass
+class CurveTable:
+    """The curves of one or more recorded searches, and where they came from (for error messages)."""
+
+    curves: list[Curve]
+    source: str
+
+    @property
+    def metrics(self) -> list[str]:
+        return sorted({m for c in self.curves for m in c.values})
+
+    @property
+    def params(self) -> list[str]:
+        return sorted({p for c in self.curves for p in c.params})
+
+
+# --------------------------------------------------------------------------- cells
+def cell(value: Any) -> str:
+    """A parameter value as written in the table (``true``/``false`` as YAML writes booleans)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def parse_param(text: str, spec: ParamSpec | None) -> Any:
+    """A cell back to a value: the matching choice, else a number, else the text itself.
+
+    A table may span more than the search: a grid's few values of a parameter the table recorded
+    over a range, or one choice of a parameter the table varied. Those values stay as recorded:
+    they are configurations the search will not propose, but they are still neighbours.
+    """
+    if text == "":
+        return None
+    if spec is not None and spec.choice is not None:
+        for option in spec.choice:
+            if cell(option) == text:
+                return option
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return int(number) if number.is_integer() and "." not in text and "e" not in text.lower() else number
+
+
+# --------------------------------------------------------------------------- reading a table file
+def _open_text(path: Path) -> io.TextIOBase:
+    if path.suffix == ".gz":
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
+    return open(path, encoding="utf-8", newline="")
+
+
+def _number(row: dict[str, str], column: str, where: str, *, optional: bool = False) -> float | None:
+    text = (row.get(column) or "").strip()
+    if not text and optional:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise CurveError(f"{where}: {column} is {text!r}; expected a number") from None
+    if not math.isfinite(value):
+        raise CurveError(f"{where}: {column} is {text!r}; a curve's values must be finite numbers")
+    return value
+
+
+def read_table(path: str | Path) -> CurveTable:
+    """A curve-table file (CSV, or CSV.gz), checked row by row.
+
+    Raises:
+        CurveError: an unreadable file, a missing column, a value that is not a finite number, or
+            a trial whose epochs do not run 1, 2, 3, ... (each names the file and the row).
+    """
+    path = Path(path)
+    try:
+        with _open_text(path) as fh:
+            reader = csv.DictReader(fh)
+            columns = list(reader.fieldnames or [])
+            missing = [c for c in ("trial", "epoch", "epoch_seconds") if c not in columns]
+            if missing:
+                raise CurveError(f"{path}: not a curve table: no column {missing[0]!r} (columns: {columns[:8]})")
+            if not any(c.startswith(METRIC_PREFIX) for c in columns):
+                raise CurveError(f"{path}: no validation metric column (val_...)")
+            curves = list(_curves_of_rows(reader, path, columns))
+    except (OSError, EOFError, UnicodeDecodeError, csv.Error) as exc:
+        raise CurveError(f"{path}: cannot read the curve table: {exc}") from None
+    if not curves:
+        raise CurveError(f"{path}: the curve table holds no rows")
+    return CurveTable(curves, str(path))
+
+
+def _curves_of_rows(rows: Iterable[dict[str, str]], path: Path, columns: list[str]) -> Iterator[Curve]:
+    metrics = [c for c in columns if c.startswith(METRIC_PREFIX)]
+    params = [c for c in columns if c.startswith(PARAM_PREFIX)]
+    seen: set[str] = set()
+    current: Curve | None = None
+    for number, row in enumerate(rows, start=2):  # row 1 is the header
+        where = f"{path}: row {number}"
+        trial = (row.get("trial") or "").strip()
+        if not trial:
+            raise CurveError(f"{where}: the trial column is empty")
+        epoch = _number(row, "epoch", where)
+        if current is None or trial != current.trial:
+            if trial in seen:
+                raise CurveError(f"{where}: trial {trial} appears again after other trials; keep its rows together")
+            if current is not None:
+                yield current
+            seen.add(trial)
+            current = Curve(
+                trial=trial,
+                training_seed=int(_number(row, "training_seed", where, optional=True) or 0),
+                params={c[len(PARAM_PREFIX) :]: row.get(c, "") for c in params},
+                warm=bool(_number(row, "warm", where, optional=True) or 0),
+                startup_seconds=_number(row, "startup_seconds", where, optional=True) or 0.0,
+                slot_startup_seconds=_number(row, "slot_startup_seconds", where, optional=True),
+                peak_memory_bytes=_number(row, "peak_memory_bytes", where, optional=True),
+                search_fixed_seconds=_number(row, "search_fixed_seconds", where, optional=True),
+                values={m: [] for m in metrics},
+            )
+        if epoch != current.epochs + 1:
+            raise CurveError(
+                f"{where}: trial {trial} goes from epoch {current.epochs} to {epoch:g}; expected epoch "
+                f"{current.epochs + 1} (a curve has every epoch, in order)"
+            )
+        seconds = _number(row, "epoch_seconds", where)
+        assert seconds is not None
+        current.epoch_seconds.append(seconds)
+        for m in metrics:
+            value = _number(row, m, where)
+            assert value is not None
+            current.values[m].append(value)
+    if current is not None:
+        yield current
+
+
+# --------------------------------------------------------------------------- the table against a search
+def typed_for(table: CurveTable, space: Space, *, metric: str, epochs: int) -> CurveTable:
+    """The table's curves with parameters typed by ``space``, checked to stand for that search.
+
+    Raises:
+        CurveError: the table's parameters are not the space's, the search metric was not
+            recorded, or a curve is shorter than ``epochs``.
+    """
+    columns = set(table.params)
+    wanted = set(space)
+    if columns != wanted:
+        extra, absent = sorted(columns - wanted), sorted(wanted - columns)
+        detail = "; ".join(
+            part
+            for part in (
+                f"the space has no {', '.join(extra)}" if extra else "",
+                f"no column for {', '.join(PARAM_PREFIX + a for a in absent)}" if absent else "",
+            )
+            if part
+        )
+        raise CurveError(f"{table.source}: the table's parameters are not the search space's: {detail}")
+    if metric not in table.metrics:
+        raise CurveError(f"{table.source}: no column {metric!r} (the search metric); it has {table.metrics}")
+    typed = []
+    for curve in table.curves:
+        if curve.epochs < epochs:
+            raise CurveError(
+                f"{table.source}: trial {curve.trial} has {curve.epochs} epoch(s) and the search trains {epochs} "
+                "(train.epochs): a truncated curve cannot go on; record it to the end or lower train.epochs"
+            )
+        params = {
+            name: parse_param(text, space[name]) if isinstance(text, str) else text
+            for name, text in curve.params.items()
+        }
+        typed.append(
+            Curve(
+                trial=curve.trial,
+                training_seed=curve.training_seed,
+                params=params,
+                warm=curve.warm,
+                startup_seconds=curve.startup_seconds,
+                slot_startup_seconds=curve.slot_startup_seconds,
+                epoch_seconds=curve.epoch_seconds[:epochs],
+                values={m: v[:epochs] for m, v in curve.values.items()},
+                peak_memory_bytes=curve.peak_memory_bytes,
+                search_fixed_seconds=curve.search_fixed_seconds,
+            )
+        )
+    return CurveTable(typed, table.source)
+
+
+# --------------------------------------------------------------------------- writing
+def table_text(curves: Iterable[Curve]) -> str:
+    """The CSV text of ``curves`` (columns: :data:`FIXED_COLUMNS`, then parameters, then metrics)."""
+    curves = list(curves)
+    params = sorted({p for c in curves for p in c.params})
+    metrics = sorted({m for c in curves for m in c.values})
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow([*FIXED_COLUMNS, *(PARAM_PREFIX + p for p in params), *metrics])
+    for c in curves:
+        for i, seconds in enumerate(c.epoch_seconds):
+            writer.writerow(
+                [
+                    c.trial,
+                    c.training_seed,
+                    int(c.warm),
+                    "" if c.slot_startup_seconds is None else f"{c.slot_startup_seconds:.3f}",
+                    f"{c.startup_seconds:.3f}",
+                    i + 1,
+                    f"{seconds:.3f}",
+                    "" if c.peak_memory_bytes is None else f"{c.peak_memory_bytes:.0f}",
+                    "" if c.search_fixed_seconds is None else f"{c.search_fixed_seconds:.3f}",
+                    *(cell(c.params.get(p)) for p in params),
+                    *(f"{c.values[m][i]:.5g}" for m in metrics),
+                ]
+            )
+    return out.getvalue()
+
+
+def write_table(curves: Iterable[Curve], path: str | Path) -> Path:
+    """Write a curve table (gzip when ``path`` ends in ``.gz``, with a fixed mtime so the bytes are reproducible)."""
+    path = Path(path)
+    text = table_text(curves)
+    if path.suffix != ".gz":
+        write_text_atomic(path, text)
+        return path
+    from distmis.files import atomic_file
+
+    with atomic_file(path) as tmp:
+        tmp.write_bytes(gzip.compress(text.encode("utf-8"), compresslevel=9, mtime=0))
+    return path
+
+
+def is_table_file(path: Path) -> bool:
+    return path.is_file() and bool(re.search(r"\.csv(\.gz)?$", path.name))
+
+
+__all__ = [
+    "Curve",
+    "CurveError",
+    "CurveTable",
+    "cell",
+    "is_table_file",
+    "parse_param",
+    "read_table",
+    "table_text",
+    "typed_for",
+    "write_table",
+]

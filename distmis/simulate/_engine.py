@@ -1,0 +1,240 @@
+"""One search on a virtual clock: recorded curves replayed through the searcher and scheduler ``distmis tune`` builds.
+
+Written by hand rather than taken from a library: Syne Tune's simulator backend and OptunaHub's
+asynchronous simulator drive their own schedulers and samplers, and none drives Ray Tune's
+``Searcher`` and ``TrialScheduler``, which are what a distmis search runs. The loop calls them
+as Ray Tune's controller does (``suggest``; per result the scheduler's ``on_trial_result``, then
+the searcher's unless the trial stops; at a trial's end both ``on_trial_complete``).
+
+Events are a trial's epoch ends. A reporting trial waits for the driver's decision, as a Tune
+function trainable waits in ``report``, and the driver takes one decision at a time: each call's
+real duration on this machine is charged to the virtual clock, so a slow sampler at 128 workers
+costs what it would.
+"""
+
+from __future__ import annotations
+
+import heapq
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+
+from distmis.config import ExperimentConfig
+from distmis.simulate._curves import Curve
+from distmis.simulate._surrogate import NearestCurves
+from distmis.space import GRID_KEY, sampled_params
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class StartupCosts:
+    """Seconds a worker spends outside its epochs, as measured in the recorded search.
+
+    slot: a fresh slot's cold start (its process) before its first trial starts.
+    cold: from a fresh slot's first trial's start to its first epoch.
+    warm: from the end of a trial to the first epoch of the next trial on the same slot.
+    search: the search's fixed cost before its first trial (not in a run's times, which start
+        with the first trial, as ``benchmarks/search_efficiency.py`` reads real runs).
+    """
+
+    slot: float
+    cold: float
+    warm: float
+    search: float = 0.0
+
+    @classmethod
+    def of_curves(cls, curves: list[Curve]) -> StartupCosts:
+        """Medians over the recorded trials (a warm trial's slot state differs in a simulation)."""
+        cold = [c for c in curves if not c.warm]
+        warm = [c for c in curves if c.warm]
+        slots = [c.slot_startup_seconds for c in cold if c.slot_startup_seconds is not None]
+
+        def median(values: list[float], fallback: float) -> float:
+            return float(np.median(values)) if values else fallback
+
+        cold_trial = median([c.startup_seconds for c in cold], 0.0)
+        return cls(
+            slot=median(slots, 0.0),
+            cold=cold_trial,
+            warm=median([c.startup_seconds for c in warm], cold_trial),
+            search=median([c.search_fixed_seconds for c in curves if c.search_fixed_seconds is not None], 0.0),
+        )
+
+
+@dataclass
+class SimulatedTrial:
+    """What Ray Tune's scheduler reads of a trial (its id), and what the loop needs of it."""
+
+    trial_id: str
+    params: dict[str, Any]
+    curve: Curve
+    worker: int
+    started: float
+    epochs_done: int = 0
+    status: str = "RUNNING"
+
+
+@dataclass
+class SearchRun:
+    """One simulated search, in the shape ``benchmarks/search_efficiency.py`` reads from a real one."""
+
+    events: list[tuple[float, float]]  # (seconds since the first trial's start, signed metric)
+    intervals: list[tuple[float, float]]
+    wall: float
+    epochs: int
+    trials: int
+    sign: float
+    decision_seconds: float
+    stopped_early: int
+    best_params: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "events": self.events,
+            "intervals": self.intervals,
+            "wall": self.wall,
+            "epochs": self.epochs,
+            "trials": self.trials,
+            "sign": self.sign,
+        }
+
+
+class _Driver:
+    """The driver's clock: one decision at a time, each charged with its real duration."""
+
+    def __init__(self) -> None:
+        self.free_at = 0.0
+        self.spent = 0.0
+
+    def decide(self, at: float, call: Callable[[], T]) -> tuple[T, float]:
+        start = max(at, self.free_at)
+        t0 = time.perf_counter()
+        value = call()
+        took = time.perf_counter() - t0
+        self.spent += took
+        self.free_at = start + took
+        return value, self.free_at
+
+
+class _Simulation:
+    """The event loop of one search: idle workers, running trials as a heap of epoch ends, the driver."""
+
+    def __init__(
+        self, config: ExperimentConfig, surrogate: NearestCurves, work: Path, *, workers: int, costs: StartupCosts
+    ) -> None:
+        from distmis.tuning import scheduler, searcher
+
+        s = config.search
+        self.metric, self.epochs, self.costs, self.surrogate = s.metric, config.train.epochs, costs, surrogate
+        self.search_alg, param_space, self.budget = searcher(config, work, workers)
+        self.points = list(param_space[GRID_KEY]["grid_search"]) if param_space else []
+        if param_space:
+            self.budget = len(self.points)
+        self.scheduler = scheduler(config)
+        if self.scheduler is not None:
+            self.scheduler.set_search_properties(s.metric, s.mode)
+        self.driver = _Driver()
+        self.heap: list[tuple[float, int, SimulatedTrial]] = []
+        self.idle = [(w, False) for w in reversed(range(workers))]  # (worker, has run a trial)
+        self.run = SearchRun([], [], 0.0, 0, 0, 1.0 if s.mode == "max" else -1.0, 0.0, 0)
+        self.starts: list[float] = []
+        self.best = -np.inf
+
+    def _suggest(self, trial_id: str) -> dict[str, Any] | None:
+        if self.search_alg is None:
+            return {GRID_KEY: self.points[self.run.trials]}
+        suggested: dict[str, Any] | None = self.search_alg.suggest(trial_id)
+        return suggested
+
+    def start_trials(self, now: float, rng: np.random.Generator) -> None:
+        """Fill the idle workers with new trials while the budget lasts."""
+        while self.idle and self.run.trials < self.budget:
+            tid = f"{self.run.trials:05d}"
+            suggested, ready = self.driver.decide(now, partial(self._suggest, tid))
+            if suggested is None:
+                return
+            params = sampled_params(suggested)
+            worker, warm = self.idle.pop()
+            started = ready if warm else ready + self.costs.slot
+            trial = SimulatedTrial(tid, params, self.surrogate.curve(params, rng), worker, started)
+            if self.scheduler is not None:
+                _, ready = self.driver.decide(ready, partial(self.scheduler.on_trial_add, None, trial))
+            self.starts.append(started)
+            self.run.trials += 1
+            first_epoch = started + (self.costs.warm if warm else self.costs.cold) + trial.curve.epoch_seconds[0]
+            heapq.heappush(self.heap, (first_epoch, self.run.trials, trial))
+
+    def _decide(self, trial: SimulatedTrial, result: dict[str, Any]) -> bool:
+        """Tune's order: the scheduler, then the searcher unless the trial stops; at its end both. True: it ends."""
+        from ray.tune.schedulers import TrialScheduler
+
+        sched, search_alg = self.scheduler, self.search_alg
+        decision = sched.on_trial_result(None, trial, result) if sched is not None else TrialScheduler.CONTINUE
+        if decision != TrialScheduler.STOP and search_alg is not None:
+            search_alg.on_trial_result(trial.trial_id, result)
+        ends = bool(decision == TrialScheduler.STOP or trial.epochs_done >= self.epochs)
+        if ends:
+            if sched is not None:
+                sched.on_trial_complete(None, trial, result)
+            if search_alg is not None:
+                search_alg.on_trial_complete(trial.trial_id, result=result)
+        return ends
+
+    def step(self, rng: np.random.Generator) -> None:
+        """The next epoch end: its decision, then the trial's next epoch or a new trial on its worker."""
+        at, order, trial = heapq.heappop(self.heap)
+        trial.epochs_done += 1
+        e, run = trial.epochs_done, self.run
+        result: dict[str, Any] = {**trial.curve.result(e), "done": e >= self.epochs, "trial_id": trial.trial_id}
+        ends, now = self.driver.decide(at, partial(self._decide, trial, result))
+        value = run.sign * result[self.metric]
+        run.events.append((at, value))
+        run.epochs += 1
+        if value > self.best:
+            self.best, run.best_params = value, dict(trial.params)
+        if not ends:
+            heapq.heappush(self.heap, (now + trial.curve.epoch_seconds[e], order, trial))
+            return
+        trial.status = "TERMINATED"
+        run.stopped_early += int(e < self.epochs)
+        run.intervals.append((trial.started, at))
+        self.idle.append((trial.worker, True))
+        self.start_trials(now, rng)
+
+    def finish(self) -> SearchRun:
+        run = self.run
+        t0 = min(self.starts) if self.starts else 0.0
+        run.events = sorted((t - t0, v) for t, v in run.events)
+        run.intervals = [(a - t0, b - t0) for a, b in run.intervals]
+        run.wall = max((b for _, b in run.intervals), default=0.0)
+        run.decision_seconds = self.driver.spent
+        return run
+
+
+def simulate_search(
+    config: ExperimentConfig,
+    surrogate: NearestCurves,
+    *,
+    workers: int,
+    costs: StartupCosts,
+    seed: int,
+) -> SearchRun:
+    """Run ``config``'s search with ``workers`` concurrent trials on the recorded curves."""
+    np.random.seed(seed)  # ASHA draws each trial's bracket from NumPy's global generator
+    rng = np.random.default_rng(seed)
+    with tempfile.TemporaryDirectory(prefix="distmis-simulate-") as work:
+        sim = _Simulation(config, surrogate, Path(work), workers=workers, costs=costs)
+        sim.start_trials(0.0, rng)
+        while sim.heap:
+            sim.step(rng)
+    return sim.finish()
+
+
+__all__ = ["SearchRun", "SimulatedTrial", "StartupCosts", "simulate_search"]

@@ -1,0 +1,175 @@
+"""Curves read straight from finished search directories (a pilot search run without a scheduler).
+
+What a search leaves is enough to rebuild the table: ``summary.json`` holds each trial's typed
+parameters, status and start, ``results.csv`` its slot's cold start, ``trials/<id>/metrics.csv``
+every epoch with its seconds and end time, and ``trials/<id>/config.yaml`` its training seed.
+"""
+
+from __future__ import annotations
+
+import bisect
+import csv
+import math
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from distmis.documents import read_json
+from distmis.simulate._curves import METRIC_PREFIX, Curve, CurveError, CurveTable
+
+
+def _float(text: Any) -> float | None:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _epochs(path: Path) -> list[dict[str, str]]:
+    if not path.is_file():
+        return []
+    with open(path, encoding="utf-8", newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _cold_starts(search: Path) -> dict[str, float]:
+    """Each trial's slot cold start (``group_startup_seconds`` of ``results.csv``), where recorded."""
+    path = search / "results.csv"
+    if not path.is_file():
+        return {}
+    with open(path, encoding="utf-8", newline="") as fh:
+        return {
+            row["trial_id"]: value
+            for row in csv.DictReader(fh)
+            if (value := _float(row.get("group_startup_seconds"))) is not None
+        }
+
+
+#: the phases of ``timings.json`` before the first trial starts
+FIXED_PHASES = ("checks", "data", "ray_and_tracking_start", "tuner_setup")
+
+
+def _fixed_seconds(search: Path) -> float | None:
+    """The search's time before its first trial, from its ``timings.json``, where recorded."""
+    try:
+        timings = read_json(search / "timings.json", error=CurveError, what="search timings")
+    except CurveError:
+        return None
+    if not isinstance(timings, dict):
+        return None
+    phases = [_float(timings.get(p)) for p in FIXED_PHASES]
+    return sum(p for p in phases if p is not None) if any(p is not None for p in phases) else None
+
+
+def _training_seed(trial_dir: Path) -> int:
+    try:
+        doc = yaml.safe_load((trial_dir / "config.yaml").read_text(encoding="utf-8")) or {}
+        return int(doc.get("train", {}).get("seed", 0))
+    except (OSError, yaml.YAMLError, TypeError, ValueError, AttributeError):
+        return 0
+
+
+def curves_of_search(search: str | Path) -> tuple[CurveTable, int]:
+    """The curves of one finished search, and how many trials were left out (failed or diverged).
+
+    Start-up is what a worker spent before a trial's first epoch: for a trial on a fresh slot, the
+    time from the trial's start to its first epoch, and apart the slot's cold start before it; for a
+    trial on a reused slot, the time from the end of the trial that freed the slot to its first epoch.
+
+    Raises:
+        CurveError: not a finished search (no ``summary.json`` with trials).
+    """
+    search = Path(search)
+    summary = read_json(search / "summary.json", error=CurveError, what="search summary")
+    detail = summary.get("trials_detail") if isinstance(summary, dict) else None
+    if not isinstance(detail, list) or not detail:
+        raise CurveError(f"{search}: not a finished search (summary.json lists no trials)")
+    cold = _cold_starts(search)
+    fixed = _fixed_seconds(search)
+    trials = sorted(
+        (t for t in detail if isinstance(t, dict) and _float(t.get("started_at")) is not None),
+        key=lambda t: float(t["started_at"]),
+    )
+    ends: list[float] = []  # ends of finished trials, sorted: the moments a slot was freed
+    curves: list[Curve] = []
+    left_out = 0
+    for t in trials:
+        tid, started = str(t["trial_id"]), float(t["started_at"])
+        rows = _epochs(search / "trials" / tid / "metrics.csv")
+        finished = _float(t.get("finished_at"))
+        if finished is not None:
+            bisect.insort(ends, finished)
+        curve = _curve(t, rows, search / "trials" / tid)
+        if curve is None or t.get("status") != "TERMINATED":
+            left_out += 1
+            continue
+        curve.search_fixed_seconds = fixed
+        first_epoch_start = float(rows[0]["finished_at"]) - curve.epoch_seconds[0]
+        if curve.warm:
+            i = bisect.bisect_right(ends, started) - 1  # the latest slot freed before it started
+            freed = ends.pop(i) if i >= 0 else started
+            curve.startup_seconds = max(0.0, first_epoch_start - freed)
+        else:
+            curve.startup_seconds = max(0.0, first_epoch_start - started)
+            curve.slot_startup_seconds = cold.get(tid)
+        curves.append(curve)
+    if not curves:
+        raise CurveError(f"{search}: no trial of this search finished with finite metrics")
+    return CurveTable(curves, str(search)), left_out
+
+
+def _curve(trial: dict[str, Any], rows: list[dict[str, str]], trial_dir: Path) -> Curve | None:
+    """One trial's curve, or None when it has no epoch or a value that is not a finite number."""
+    if not rows:
+        return None
+    metrics = [c for c in rows[0] if c.startswith(METRIC_PREFIX) and c != "val_seconds"]
+    values: dict[str, list[float]] = {m: [] for m in metrics}
+    seconds: list[float] = []
+    for row in rows:
+        numbers = {m: _float(row.get(m)) for m in metrics}
+        took = _float(row.get("epoch_seconds"))
+        if took is None or any(v is None for v in numbers.values()) or _float(row.get("finished_at")) is None:
+            return None
+        seconds.append(took)
+        for m, v in numbers.items():
+            assert v is not None
+            values[m].append(v)
+    params = dict(trial.get("params") or {})
+    return Curve(
+        trial=str(trial["trial_id"]),
+        training_seed=_training_seed(trial_dir),
+        params={k: v for k, v in params.items() if k not in ("seed", "train.seed")},
+        warm=bool(trial.get("warm")),
+        startup_seconds=0.0,
+        epoch_seconds=seconds,
+        values=values,
+    )
+
+
+def read_curves(sources: list[str | Path]) -> CurveTable:
+    """One table from curve-table files and finished search directories, in the order given."""
+    from distmis.simulate._curves import read_table
+
+    curves: list[Curve] = []
+    names: list[str] = []
+    for source in sources:
+        path = Path(source)
+        if path.is_dir():
+            table, left_out = curves_of_search(path)
+            if left_out:
+                print(f"distmis: {path}: {left_out} trial(s) failed or diverged; their curves are left out", flush=True)
+        elif path.exists():
+            table = read_table(path)
+        else:
+            raise CurveError(f"{path}: no such curve table or search directory")
+        prefix = f"{len(names)}:" if len(sources) > 1 else ""
+        for c in table.curves:
+            c.trial = prefix + c.trial
+        curves.extend(table.curves)
+        names.append(str(path))
+    return CurveTable(curves, ", ".join(names))
+
+
+__all__ = ["curves_of_search", "read_curves"]

@@ -1,0 +1,173 @@
+"""``distmis simulate``: one or more search files replayed on recorded curves, over seeds, with a table, a PNG and JSON.
+
+Every search file is one method. Each runs once per seed (the seed is the sampler's, ASHA's
+bracket draw and the draw among a configuration's recorded seeds), on ``workers`` concurrent
+trials. The figures are those of ``benchmarks/search_efficiency.py`` for real searches
+(:mod:`distmis.simulate._report`), so the two can be laid side by side.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from distmis.config import ExperimentConfig, load_config
+from distmis.files import OutputClaim, check_output, write_text_atomic
+from distmis.simulate._curves import CurveError, CurveTable, typed_for
+from distmis.simulate._engine import SearchRun, StartupCosts, simulate_search
+from distmis.simulate._from_search import read_curves
+from distmis.simulate._report import analyse, finite_json, plot, quartiles, table_text
+from distmis.simulate._surrogate import LeaveOneOut, NearestCurves
+
+
+@dataclass
+class Method:
+    """One search file, ready to simulate: its configuration and the curves that stand for it."""
+
+    name: str
+    path: Path
+    config: ExperimentConfig
+    surrogate: NearestCurves
+    costs: StartupCosts
+    loo: LeaveOneOut
+
+
+def method_of(path: Path, table: CurveTable, *, workers: int, samples: int | None) -> Method:
+    """A search file checked against the curves (its space, metric and epochs).
+
+    Raises:
+        ConfigError: the file. CurveError: the curves do not stand for this search.
+    """
+    config = load_config(path, require_space=True)
+    s = config.search
+    changes: dict[str, Any] = {"max_concurrent_trials": workers}
+    if samples is not None:
+        changes["num_samples"] = samples
+    config = config.model_copy(update={"search": s.model_copy(update=changes)})
+    typed = typed_for(table, config.space, metric=s.metric, epochs=config.train.epochs)
+    surrogate = NearestCurves(typed, config.space, metric=s.metric, mode=s.mode)
+    loo = surrogate.choose_weights()
+    return Method(config.name, path, config, surrogate, StartupCosts.of_curves(typed.curves), loo)
+
+
+def _labelled(what: str, paths: list[Path]) -> dict[str, Path]:
+    return {what if len(paths) == 1 else f"{what} {i + 1}": p for i, p in enumerate(paths)}
+
+
+def with_seed(config: ExperimentConfig, seed: int) -> ExperimentConfig:
+    return config.model_copy(update={"search": config.search.model_copy(update={"seed": seed})})
+
+
+def run_simulation(
+    search_files: list[Path],
+    curves: list[Path],
+    *,
+    workers: int,
+    seeds: int,
+    samples: int | None,
+    target: float | None,
+    out: Path,
+) -> dict[str, Any]:
+    """Simulate every search file over ``seeds`` seeds; writes ``summary.json``, ``summary.md`` and
+    ``best_so_far.png`` into ``out`` and returns the summary.
+
+    Raises:
+        ConfigError / CurveError: a bad search file or curve table (before anything is written).
+        OutputError: an ``--out`` that is an input or another command's directory.
+    """
+    if workers < 1 or seeds < 1 or (samples is not None and samples < 1):
+        raise CurveError("--workers, --seeds and --samples must be at least 1")
+    inputs = _labelled("search file", search_files) | _labelled("curves", curves)
+    out = check_output(out, option="--out", inputs=inputs)
+    table = read_curves(list(curves))
+    methods = [method_of(p, table, workers=workers, samples=samples) for p in search_files]
+    names = [m.name for m in methods]
+    if len(set(names)) != len(names):
+        raise CurveError(f"two search files share a name ({names}); each method needs its own `name`")
+    with OutputClaim(out, command="simulate", option="--out"):
+        runs, seconds = _simulate_all(methods, workers=workers, seeds=seeds)
+        first = methods[0]
+        sign = 1.0 if first.config.search.mode == "max" else -1.0
+        if target is None:
+            # the first search's median final best: when do the others reach what it ends with?
+            target = quartiles([sign * max(v for _, v in r.events) for r in runs[first.name].values()])[0]
+        as_dicts = {m: {s: r.as_dict() for s, r in by_seed.items()} for m, by_seed in runs.items()}
+        analysis = analyse(as_dicts, target, sign, horizon_from=None)
+        metric = first.config.search.metric
+        text = (
+            _header(methods, table, workers, seeds, seconds)
+            + "\n\n"
+            + table_text(analysis, metric, baseline=first.name)
+        )
+        summary = {
+            "workers": workers,
+            "seeds": seeds,
+            "curves": [str(c) for c in curves],
+            "metric": metric,
+            "simulation_seconds": seconds,
+            "methods_detail": {
+                m.name: {
+                    "search_file": str(m.path),
+                    "startup_costs": m.costs.__dict__,
+                    "surrogate_leave_one_out": m.loo.__dict__,
+                    "decision_seconds": [r.decision_seconds for r in runs[m.name].values()],
+                    "stopped_early": [r.stopped_early for r in runs[m.name].values()],
+                }
+                for m in methods
+            },
+            **analysis,
+            "curves_by_seed": {m: {s: r.events for s, r in by_seed.items()} for m, by_seed in runs.items()},
+        }
+        write_text_atomic(out / "summary.json", json.dumps(finite_json(summary), indent=1) + "\n")
+        write_text_atomic(out / "summary.md", text + "\n")
+        plot(
+            as_dicts,
+            analysis,
+            out / "best_so_far.png",
+            metric,
+            title=f"Simulated, {workers} workers: median, IQR shaded",
+        )
+    print(text)
+    print(f"\n{out / 'summary.md'}, {out / 'summary.json'}, {out / 'best_so_far.png'}", flush=True)
+    return summary
+
+
+def _simulate_all(methods: list[Method], *, workers: int, seeds: int) -> tuple[dict[str, dict[int, SearchRun]], float]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from distmis.console import console
+
+    runs: dict[str, dict[int, SearchRun]] = {m.name: {} for m in methods}
+    start = time.perf_counter()
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console()
+    ) as progress:
+        task = progress.add_task(f"simulating {len(methods)} search(es) x {seeds} seed(s)", total=len(methods) * seeds)
+        for m in methods:
+            for seed in range(seeds):
+                progress.update(task, description=f"{m.name} seed {seed}")
+                runs[m.name][seed] = simulate_search(
+                    with_seed(m.config, seed), m.surrogate, workers=workers, costs=m.costs, seed=seed
+                )
+                progress.advance(task)
+    return runs, time.perf_counter() - start
+
+
+def _header(methods: list[Method], table: CurveTable, workers: int, seeds: int, seconds: float) -> str:
+    m = methods[0]
+    c = m.costs
+    lines = [
+        f"simulated {len(methods)} search(es) x {seeds} seed(s) on {workers} worker(s) in {seconds:.1f} s, "
+        f"curves: {table.source} ({len(table.curves)} curves, {len(m.surrogate.keys)} configurations)",
+        f"start-up (medians of the recorded trials): slot cold start {c.slot:.2f} s, first trial to its first epoch "
+        f"{c.cold:.2f} s, a trial on a warm slot {c.warm:.2f} s; the search's fixed cost before its first trial "
+        f"{c.search:.1f} s (not in the times below)",
+        m.loo.line(m.config.search.metric),
+    ]
+    return "\n".join(lines)
+
+
+__all__ = ["Method", "method_of", "run_simulation", "with_seed"]

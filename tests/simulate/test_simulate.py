@@ -1,0 +1,259 @@
+"""``distmis simulate``: the event loop against sums worked out by hand, the real searcher and scheduler
+driven through it, curve tables refused with one line, and a table read from a real finished search."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from distmis.cli import main
+from distmis.config import load_config
+from distmis.simulate import (
+    Curve,
+    NearestCurves,
+    StartupCosts,
+    curves_of_search,
+    read_table,
+    simulate_search,
+    typed_for,
+    write_table,
+)
+from distmis.space import grid_points
+
+EPOCHS = 6
+LRS = [1e-4, 3e-4, 1e-3, 3e-3, 1e-2]
+NORMS = ["batch", "group"]
+
+
+def _value(lr: float, norm: str, epoch: int, seed: int) -> float:
+    """A learning curve with its peak at lr 1e-3 and group norm a little better; seeds differ slightly."""
+    peak = 0.9 - 0.08 * abs(math.log10(lr) + 3) + (0.02 if norm == "group" else 0.0) + 0.005 * seed
+    return peak * (1 - math.exp(-epoch / 2.0))
+
+
+def _table() -> list[Curve]:
+    curves = []
+    for i, (lr, norm) in enumerate((lr, norm) for lr in LRS for norm in NORMS):
+        for seed in (0, 1) if i < 3 else (0,):
+            curves.append(
+                Curve(
+                    trial=f"t{i}-{seed}",
+                    training_seed=seed,
+                    params={"lr": lr, "norm": norm},
+                    warm=i > 1,
+                    startup_seconds=0.25 if i > 1 else 0.5,
+                    slot_startup_seconds=None if i > 1 else 2.0,
+                    epoch_seconds=[1.0] * EPOCHS,
+                    values={"val_dice": [_value(lr, norm, e, seed) for e in range(1, EPOCHS + 1)]},
+                )
+            )
+    return curves
+
+
+def _search(tmp: Path, name: str, algorithm: str, *, scheduler: dict | None = None, samples: int = 10) -> Path:
+    space: dict = {"lr": {"loguniform": [1e-4, 1e-2]}, "norm": {"choice": NORMS}}
+    if algorithm == "grid":
+        space["lr"] = {"choice": LRS}
+    doc = {
+        "name": name,
+        "data": {"source": "synthetic"},
+        "train": {"epochs": EPOCHS},
+        "search": {
+            "algorithm": algorithm,
+            "metric": "val_dice",
+            "num_samples": samples,
+            "seed": 0,
+            "scheduler": scheduler or {"type": "none"},
+        },
+        "space": space,
+    }
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+@pytest.fixture
+def table_file(tmp_path: Path) -> Path:
+    return write_table(_table(), tmp_path / "curves.csv.gz")
+
+
+def _prepared(search: Path, table: Path):
+    config = load_config(search, require_space=True)
+    typed = typed_for(read_table(table), config.space, metric="val_dice", epochs=EPOCHS)
+    return (
+        config,
+        NearestCurves(typed, config.space, metric="val_dice", mode="max"),
+        StartupCosts.of_curves(typed.curves),
+    )
+
+
+def test_a_table_round_trips_and_startup_costs_are_the_recorded_medians(table_file: Path) -> None:
+    table = read_table(table_file)
+    assert len(table.curves) == len(_table())
+    assert table.curves[0].values["val_dice"] == pytest.approx(_table()[0].values["val_dice"], rel=1e-4)
+    costs = StartupCosts.of_curves(table.curves)
+    assert (costs.slot, costs.cold, costs.warm) == (2.0, 0.5, 0.25)
+
+
+def test_a_grid_on_one_worker_takes_the_sum_of_its_trials(tmp_path: Path, table_file: Path) -> None:
+    config, surrogate, costs = _prepared(_search(tmp_path, "grid", "grid"), table_file)
+    run = simulate_search(config, surrogate, workers=1, costs=costs, seed=0)
+    n = len(grid_points(config.space))
+    assert run.trials == n and run.epochs == n * EPOCHS and run.stopped_early == 0
+    # from the first trial's start: its cold start to epoch 1, then per trial its epochs, warm start-ups between
+    expected = 0.5 + n * EPOCHS * 1.0 + (n - 1) * 0.25
+    assert expected <= run.wall <= expected + run.decision_seconds + 1e-6
+    best = max(_value(lr, norm, EPOCHS, 0) for lr in LRS for norm in NORMS)
+    assert max(v for _, v in run.events) in (pytest.approx(best, rel=1e-4), pytest.approx(best + 0.005, rel=1e-4))
+
+
+def test_more_workers_shorten_the_search_and_asha_stops_trials_early(tmp_path: Path, table_file: Path) -> None:
+    config, surrogate, costs = _prepared(_search(tmp_path, "random", "random", samples=16), table_file)
+    one = simulate_search(config, surrogate, workers=1, costs=costs, seed=0)
+    four = simulate_search(config, surrogate, workers=4, costs=costs, seed=0)
+    assert one.trials == four.trials == 16
+    assert 3.0 < one.wall / four.wall <= 4.2  # four slots, each paying its own cold start
+
+    asha = _search(tmp_path, "asha", "random", samples=16, scheduler={"type": "asha", "grace_period": 1})
+    config, surrogate, costs = _prepared(asha, table_file)
+    stopped = simulate_search(config, surrogate, workers=4, costs=costs, seed=0)
+    assert stopped.stopped_early > 0 and stopped.epochs < 16 * EPOCHS
+
+
+def test_tpe_is_driven_through_the_searcher_distmis_tune_builds(tmp_path: Path, table_file: Path) -> None:
+    config, surrogate, costs = _prepared(_search(tmp_path, "tpe", "optuna", samples=12), table_file)
+    run = simulate_search(config, surrogate, workers=2, costs=costs, seed=1)
+    assert run.trials == 12 and run.decision_seconds > 0
+    assert set(run.best_params) == {"lr", "norm"}
+    again = simulate_search(config, surrogate, workers=2, costs=costs, seed=1)
+    assert [v for _, v in again.events] == [v for _, v in run.events]  # a seed fixes what the search does
+
+
+def test_the_surrogate_answers_a_recorded_configuration_with_its_own_curve(table_file: Path, tmp_path: Path) -> None:
+    _, surrogate, _ = _prepared(_search(tmp_path, "random", "random"), table_file)
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    seeds = {surrogate.curve({"lr": 1e-4, "norm": "batch"}, rng).training_seed for _ in range(20)}
+    assert seeds == {0, 1}  # both recorded seeds are drawn
+    near = surrogate.curve({"lr": 2.9e-3, "norm": "group"}, rng)
+    assert near.params == {"lr": 3e-3, "norm": "group"}
+    loo = surrogate.leave_one_out()
+    assert loo.configs == 10 and loo.seed_pairs == 3 and 0 < loo.mean_absolute_error < 0.2
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("case", "edit", "message"),
+    [
+        ("keys", lambda t: t.replace("param.norm", "param.depth"), "the space has no depth"),
+        ("gap", lambda t: t.replace("\nt0-0,0,0,2.000,0.500,2,", "\nt0-0,0,0,2.000,0.500,3,", 1), "from epoch 1 to 3"),
+        ("nan", lambda t: t.replace(",1.000,,", ",nan,,", 1), "epoch_seconds is 'nan'"),
+        ("epoch", lambda t: t.replace("\nt0-0,0,0,2.000,0.500,1,", "\nt0-0,0,0,2.000,0.500,one,", 1), "epoch is 'one'"),
+        ("empty", lambda t: "", "no column 'trial'"),
+    ],
+)
+def test_a_bad_curve_table_is_one_error_line_and_nothing_written(
+    tmp_path: Path, table_file: Path, case: str, edit, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import gzip
+
+    bad = tmp_path / f"{case}.csv"
+    bad.write_text(edit(gzip.decompress(table_file.read_bytes()).decode()))
+    search = _search(tmp_path, "random", "random")
+    before = {p: _sha(p) for p in (bad, search)}
+    out = tmp_path / "out"
+    rc = main(["simulate", str(search), "--curves", str(bad), "--workers", "2", "--seeds", "1", "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith("distmis: error: ") and message in err[0], err
+    assert str(bad) in err[0] or case == "keys"
+    assert not out.exists()
+    assert {p: _sha(p) for p in before} == before
+
+
+def test_a_truncated_curve_is_not_asked_to_go_on(tmp_path: Path, table_file: Path, capsys) -> None:
+    search = _search(tmp_path, "random", "random")
+    text = search.read_text().replace(f"epochs: {EPOCHS}", f"epochs: {EPOCHS + 2}")
+    search.write_text(text)
+    rc = main(["simulate", str(search), "--curves", str(table_file), "--workers", "2", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "a truncated curve cannot go on" in err and "has 6 epoch(s)" in err
+
+
+def test_the_command_writes_table_png_and_json(tmp_path: Path, table_file: Path) -> None:
+    files = [_search(tmp_path, "random", "random", samples=8), _search(tmp_path, "grid", "grid")]
+    out = tmp_path / "sim"
+    rc = main(
+        ["simulate", *map(str, files), "--curves", str(table_file), "--workers", "3", "--seeds", "3", "--out", str(out)]
+    )
+    assert rc == 0
+    import json
+
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["methods"]) == {"random", "grid"} and summary["workers"] == 3
+    assert len(summary["methods"]["random"]["seeds"]) == 3
+    assert (out / "best_so_far.png").read_bytes()[:4] == b"\x89PNG"
+    assert "| random |" in (out / "summary.md").read_text()
+
+
+@pytest.mark.slow
+def test_curves_come_straight_from_a_finished_search(prepared16: Path, tmp_path: Path) -> None:
+    """A real pilot search (points, no scheduler): its curves, start-ups and seeds are read back and replayed."""
+    doc = {
+        "name": "pilot",
+        "data": {"source": str(prepared16)},
+        "train": {"epochs": 2, "batch_size_per_replica": 2},
+        "model": {"depth": 2, "filters": 4, "groups": 2},
+        "search": {
+            "algorithm": "points",
+            "metric": "val_dice",
+            "scheduler": {"type": "none"},
+            "max_concurrent_trials": 2,
+            "points": [{"lr": 1e-3, "seed": 0}, {"lr": 3e-3, "seed": 0}, {"lr": 1e-3, "seed": 1}],
+        },
+        "space": {"lr": {"loguniform": [1e-4, 1e-2]}, "seed": {"choice": [0, 1]}},
+        "parallelism": {"mode": "experiment", "workers_per_trial": 1, "cpus_per_worker": 1, "gpus_per_worker": 0},
+    }
+    cfg = tmp_path / "pilot.yaml"
+    cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'ml.db'}", "DISTMIS_DATA_HOME": str(tmp_path)}
+    env.pop("RAY_ADDRESS", None)
+    search = tmp_path / "pilot"
+    done = subprocess.run(
+        [sys.executable, "-m", "distmis", "tune", str(cfg), "--out", str(search)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    table, left_out = curves_of_search(search)
+    assert left_out == 0 and len(table.curves) == 3
+    assert sorted(c.training_seed for c in table.curves) == [0, 0, 1]
+    assert all(c.epochs == 2 and set(c.params) == {"lr"} for c in table.curves)
+    cold = [c for c in table.curves if not c.warm]
+    assert cold and all(c.slot_startup_seconds and c.slot_startup_seconds > 0 for c in cold)
+    assert all(0 <= c.startup_seconds < 60 for c in table.curves)
+    assert all(c.search_fixed_seconds and c.search_fixed_seconds > 0 for c in table.curves)  # its timings.json
+    written = read_table(write_table(table.curves, tmp_path / "pilot.csv"))
+    assert [c.values for c in written.curves] == [
+        {k: [float(f"{x:.5g}") for x in v] for k, v in c.values.items()} for c in table.curves
+    ]
+
+    sim = {**doc, "name": "replay", "search": {"algorithm": "random", "metric": "val_dice", "num_samples": 6}}
+    sim["space"] = {"lr": doc["space"]["lr"]}
+    replay = tmp_path / "replay.yaml"
+    replay.write_text(yaml.safe_dump(sim, sort_keys=False))
+    out = tmp_path / "sim"
+    rc = main(["simulate", str(replay), "--curves", str(search), "--workers", "2", "--seeds", "2", "--out", str(out)])
+    assert rc == 0 and (out / "summary.json").is_file()
