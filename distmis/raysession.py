@@ -51,9 +51,9 @@ def use_private_token(address: str | None) -> None:
 
 #: Ray settings for a local Ray that distmis starts (not for a cluster it joins).
 #: ``prestart_worker_first_driver`` off: by default the raylet starts one idle worker per CPU
-#: when the first driver connects and ``ray.init`` waits for them (1.0-1.5 s on 2 cores),
+#: when the first driver connects and ``ray.init`` waits for them,
 #: although a search's first trial needs a worker only once Tune has started, and starts one
-#: itself then. Measured with ``benchmarks/tune_overhead.py``: see the note of issue 24.
+#: itself then (``benchmarks/tune_overhead.py`` measures the start-up).
 LOCAL_RAY_SYSTEM_CONFIG: dict[str, Any] = {"prestart_worker_first_driver": False}
 
 #: how long distmis waits for an existing Ray cluster to answer before it says so (seconds); a

@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from distmis.inference import PredictOptions
 
 from distmis.cli._common import nonnegative_float, overlap_fraction, positive_float, positive_int, shape3
+from distmis.exitcodes import FAILED
 
 
 def add_window_arguments(p: argparse.ArgumentParser) -> None:
@@ -93,4 +94,4 @@ def report_failures(failed: list, what: str, total: int | None = None) -> int:
         print(f"  {outcome.case_id}: {first}", file=sys.stderr)
     if total is None or total > len(failed):
         print(f"the other {what} were written.", file=sys.stderr)
-    return 1
+    return FAILED

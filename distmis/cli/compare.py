@@ -16,6 +16,7 @@ from distmis.cli._common import (
     positive_float,
     positive_int,
 )
+from distmis.exitcodes import FAILED
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -123,5 +124,5 @@ def run(args: argparse.Namespace) -> int:
             f"distmis: error: mode(s) {result.failed_modes} did not finish; see logs/ in {result.out}; "
             "rerun with --resume"
         )
-        return 1
+        return FAILED
     return 0

@@ -20,6 +20,7 @@ from distmis.cli._common import (
     regions_option,
     shape3,
 )
+from distmis.exitcodes import KEYBOARD_INTERRUPT
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -70,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
 
         again = shlex.join(["distmis", "prepare", *sys.argv[2:]] + ([] if args.resume else ["--resume"]))
         print(f"distmis: interrupted; the finished cases are kept: {again} prepares the rest", file=sys.stderr)
-        return 130
+        return KEYBOARD_INTERRUPT
     from distmis.data import describe_normalisation
 
     counts = ", ".join(f"{k} {v['num_cases']}" for k, v in manifest["splits"].items())

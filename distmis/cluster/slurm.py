@@ -44,6 +44,7 @@ from typing import Any
 from distmis.cluster.ports import PortBlock, claim_block, ray_start_arguments, release_block
 from distmis.cluster.processes import ray_start_env, stop_process_group
 from distmis.exceptions import ClusterError
+from distmis.exitcodes import USAGE
 from distmis.files import ensure_directory, open_nofollow, write_json_atomic, write_secret, write_text_atomic
 from distmis.redact import redact_argv
 
@@ -124,42 +125,6 @@ def healthy(address: str, env: dict[str, str]) -> bool:
         ).returncode
         == 0
     )
-
-
-# Runs in a child process (the bootstrap itself never becomes a Ray driver): polls the
-# cluster until every registered node is alive with all its CPUs and GPUs, or the deadline.
-_READINESS = r"""
-import json, sys, time
-import ray
-address, nodes_dir, expected, timeout, restart = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
-ray.init(address=address, logging_level="error")
-deadline = time.monotonic() + timeout
-while True:
-    import pathlib
-    registered = {}
-    for p in pathlib.Path(nodes_dir).glob("*.json"):
-        try:
-            info = json.loads(p.read_text())
-        except ValueError:
-            continue
-        if info.get("restart") == restart:
-            registered[info["node"]] = info
-    alive = {n["NodeManagerAddress"]: n["Resources"] for n in ray.nodes() if n["Alive"]}
-    want = [expected["head"], *[registered[n] for n in expected["workers"] if n in registered]]
-    state = {
-        "missing_registrations": [n for n in expected["workers"] if n not in registered],
-        "not_alive": [f"{w['node']} ({w['ip']})" for w in want if w["ip"] not in alive],
-        "short": [f"{w['node']} ({w['ip']}): {k} {alive[w['ip']].get(k, 0):g} of {w[k.lower() + 's']}"
-                  for w in want if w["ip"] in alive for k in ("CPU", "GPU")
-                  if alive[w["ip"]].get(k, 0) + 1e-9 < w[k.lower() + "s"]],
-        "alive": sorted(alive),
-    }
-    ready = not state["missing_registrations"] and not state["not_alive"] and not state["short"]
-    if ready or time.monotonic() > deadline:
-        print(json.dumps({"ready": ready, **state}), flush=True)
-        sys.exit(0 if ready else 1)
-    time.sleep(0.5)
-"""
 
 
 # --------------------------------------------------------------------------- the bootstrap
@@ -330,8 +295,8 @@ class Bootstrap:
         out = subprocess.run(
             [
                 sys.executable,
-                "-c",
-                _READINESS,
+                "-m",
+                "distmis.cluster.readiness",  # its own process: the bootstrap never becomes a Ray driver
                 address,
                 str(self.job_dir / NODES_DIR),
                 json.dumps(expected),
@@ -478,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGUSR1, on_usr1)
     if os.environ.get("SLURM_LOCALID", "0") != "0":
         log("error: more than one task on this node; run the bootstrap with --ntasks-per-node=1")
-        return 2
+        return USAGE
     try:
         boot = Bootstrap(args)
         code = boot.run_head(command) if boot.is_head else boot.run_worker()
@@ -489,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"error: {exc}")
         if boot is not None and boot.is_head:
             boot.mark_done()
-        return 2
+        return USAGE
     finally:
         if boot is not None:
             boot.stop_ray()

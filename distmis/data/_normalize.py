@@ -18,7 +18,6 @@ a scheme for every channel, or one per channel.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -122,12 +121,6 @@ def describe(spec: list[dict[str, Any]] | None, modalities: list[str] | tuple[st
         else:
             lines.append(f"{m}: zscore (per case, non-zero voxels)")
     return lines
-
-
-def is_finite_spec(spec: list[dict[str, Any]]) -> bool:
-    return all(
-        all(math.isfinite(float(v)) for v in (*c.get("clip", []), c.get("mean", 0.0), c.get("std", 1.0))) for c in spec
-    )
 
 
 __all__ = ["AUTO", "LEGACY", "SCHEMES", "channel_schemes", "ct_statistics", "describe", "normalize", "zscore_nonzero"]

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -224,12 +224,6 @@ def single_tables(
         per_case[c.name] = case_scores(plan, record, cases, _averaged(oof, [c.name]))
         tables[c.name] = cv_summary(plan, per_case[c.name])
     return tables, per_case
-
-
-def fold_of(plan: FinalizePlan) -> Iterator[tuple[int, str]]:
-    for index, group in enumerate(plan.groups):
-        for case in group:
-            yield index, case
 
 
 __all__ = ["MAIN", "Selection", "case_scores", "choose", "cv_summary", "out_of_fold", "raw_cases", "single_tables"]

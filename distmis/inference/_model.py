@@ -127,7 +127,6 @@ class ModelRecord:
 
 
 ENSEMBLE = "ensemble.json"
-ENSEMBLE_FORMAT = "distmis-ensemble/1"
 
 
 class _Mask(BaseModel):

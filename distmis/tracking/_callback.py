@@ -118,12 +118,9 @@ class PlottingPreload(Callback):
     """Imports the plotting modules (:func:`~distmis.tracking.import_plotting`) on a thread when
     Tune's loop takes its first step, so the plots at the end do not wait for them.
 
-    Why then: matplotlib and Optuna's plotting take about 1.7 s of CPU to import. During Ray's
-    start the two cores are already busy (Ray's processes, MLflow's import); from Tune's first
-    step until the first trial has imported TensorFlow, one core is idle (measured by sampling
-    ``/proc/stat`` through a search on 2 cores). Imported there, on a thread of lower priority,
-    and with MLflow's start lowered too, a tiny search's fixed cost fell from 10.45 to 9.85 s
-    (median of 6 runs each, alternated); see the note of issue 24.
+    Why then: the plotting libraries take a second or two of CPU to import, and from Tune's first
+    step until the first trial has imported TensorFlow a core is idle, while during Ray's start
+    every core is busy (``benchmarks/tune_overhead.py`` measures the fixed cost it saves).
     """
 
     def __init__(self) -> None:

@@ -12,7 +12,7 @@ from distmis.training._run import (
     format_epoch,
     read_checkpoint_state,
 )
-from distmis.training._runtime import configure_tensorflow, quiet_tensorflow, release_in_background
+from distmis.training._runtime import configure_tensorflow, release_in_background
 
 __all__ = [
     "BEST_DIR",
@@ -27,7 +27,6 @@ __all__ = [
     "fit",
     "format_epoch",
     "load_arrays",
-    "quiet_tensorflow",
     "read_checkpoint_state",
     "release_in_background",
     "save_arrays",

@@ -12,7 +12,7 @@ import contextlib
 import logging
 import math
 
-from distmis.tensorflow_env import apply_tensorflow_env, import_tensorflow
+from distmis.tensorflow_env import import_tensorflow
 
 _log = logging.getLogger(__name__)
 _threads: int | None = None  # what configure_tensorflow applied in this process
@@ -36,12 +36,6 @@ def release_in_background(owner: object, attribute: str) -> None:
     box = [getattr(owner, attribute)]
     setattr(owner, attribute, None)
     threading.Thread(target=box.clear, name="distmis-release", daemon=True).start()
-
-
-def quiet_tensorflow() -> None:
-    """Set distmis's TensorFlow environment (quiet C++ logs, oneDNN CPU kernels) unless the user
-    set those variables; see :mod:`distmis.tensorflow_env`."""
-    apply_tensorflow_env()
 
 
 def configure_tensorflow(threads: float | int | None) -> int | None:

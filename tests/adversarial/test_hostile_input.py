@@ -1,4 +1,4 @@
-"""Hostile input in five groups (issue #12): each case is one command a user could type.
+"""Hostile input in five groups: each case is one command a user could type.
 
 Groups: ``data-loss`` (an output pointed at an input or a user's own files), ``labels``
 (a dataset that would train on wrong labels), ``late-failure`` (what would fail hours into a

@@ -1,4 +1,4 @@
-"""Hostile input, second class (issue #26): not malformed files but shared state, the environment,
+"""Hostile input, second class: not malformed files but shared state, the environment,
 the machine's limits, secrets and headers that lie. Each case is one command a user could type,
 run as a user runs it (see conftest.py for the checks every case makes: exit 2, one
 ``distmis: error:`` line naming what is wrong, every input byte-identical, nothing left behind).

@@ -1,4 +1,4 @@
-"""Shared state, the environment and full disks, end to end (issue #26): two searches on one
+"""Shared state, the environment and full disks, end to end: two searches on one
 ``--out``, a resume with another file, a Ray address that does not answer, a disk that fills.
 
 Every wait here watches a state it can see (a lock file naming its holder, a row in a CSV, a
