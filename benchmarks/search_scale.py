@@ -16,8 +16,10 @@ Methods:
   tpe+asha        TPE with ASHA (grace 1, factor 2): distmis's default
   tpe+hyperband   TPE with asynchronous Hyperband (ASHA over 3 brackets)
   tpe+asha-s10    TPE + ASHA with 10 random start-up trials whatever K (the default starts with 2 x K)
+  tpe+asha-quarter  TPE + ASHA with 2 x K random start-up trials, but at least 10 and at most a quarter
+                  of the budget
 
-    python benchmarks/search_scale.py --workers 1,4,8,32,128 --budgets 64,128,256 --seeds 10
+    python benchmarks/search_scale.py --seeds 10        # K x budget: 1x64 4x64 8x64 8x128 32x128 32x256 128x256
     python benchmarks/search_scale.py --speed        # one 128-trial search on 32 workers, timed
     python benchmarks/search_scale.py --speedup      # grid and default search, 1 worker against 32
 """
@@ -72,16 +74,20 @@ METHODS: dict[str, dict[str, Any]] = {
     "tpe+asha": {"algorithm": "optuna", "scheduler": ASHA},
     "tpe+hyperband": {"algorithm": "optuna", "scheduler": {**ASHA, "brackets": 3}},
     "tpe+asha-s10": {"algorithm": "optuna", "scheduler": ASHA, "startup_trials": 10},
+    "tpe+asha-quarter": {"algorithm": "optuna", "scheduler": ASHA},  # start-up trials set per scale below
 }
 
 
 def method_config(method: str, *, budget: int, workers: int, seed: int) -> ExperimentConfig:
+    search = dict(METHODS[method])
+    if method == "tpe+asha-quarter":
+        search["startup_trials"] = max(1, min(max(2 * workers, 10), budget // 4))
     doc = {
         "name": f"scale-{method.replace('+', '_')}",
         "data": {"source": "synthetic"},
         "train": {"epochs": EPOCHS},
         "search": {
-            **METHODS[method],
+            **search,
             "metric": "val_dice",
             "mode": "max",
             "num_samples": budget,
@@ -186,8 +192,11 @@ def _row(method: str, m: dict[str, Any]) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--curves", default=str(CURVES))
-    p.add_argument("--workers", default="1,4,8,32,128")
-    p.add_argument("--budgets", default="64,128,256")
+    p.add_argument(
+        "--scenarios",
+        default="1x64,4x64,8x64,8x128,32x128,32x256,128x256",
+        help="K x budget pairs: workers and trials per search",
+    )
     p.add_argument("--seeds", type=int, default=10)
     p.add_argument("--methods", default=",".join(METHODS))
     p.add_argument("--speed", action="store_true", help="only time one 128-trial search on 32 workers")
@@ -211,21 +220,21 @@ def main() -> None:
         f"simulated on {a.curves}; {a.seeds} seeds; median [IQR]; target R = random's median final best at that "
         "K and budget; fractions of random's median wall time",
     ]
-    for workers in [int(k) for k in a.workers.split(",")]:
-        for budget in [int(b) for b in a.budgets.split(",")]:
-            start = time.perf_counter()
-            table = scenario(curves, methods, workers=workers, budget=budget, seeds=a.seeds)
-            results[f"K{workers}-N{budget}"] = table
-            lines += [
-                "",
-                f"K = {workers} workers, {budget} trials: R = {table['target']:.4f}, random's wall "
-                f"{table['horizon_seconds']:.0f} s (simulated in {time.perf_counter() - start:.0f} s)",
-                "",
-                "| method | reached R | time to R (s) | best @25% | best @50% | best @100% | compute (trial-s) | epochs |",
-                "|---|---|---|---|---|---|---|---|",
-                *(_row(m, table["methods"][m]) for m in methods),
-            ]
-            print("\n".join(lines[-(len(methods) + 4) :]), flush=True)
+    for pair in a.scenarios.split(","):
+        workers, budget = (int(x) for x in pair.lower().split("x"))
+        start = time.perf_counter()
+        table = scenario(curves, methods, workers=workers, budget=budget, seeds=a.seeds)
+        results[f"K{workers}-N{budget}"] = table
+        lines += [
+            "",
+            f"K = {workers} workers, {budget} trials: R = {table['target']:.4f}, random's wall "
+            f"{table['horizon_seconds']:.0f} s (simulated in {time.perf_counter() - start:.0f} s)",
+            "",
+            "| method | reached R | time to R (s) | best @25% | best @50% | best @100% | compute (trial-s) | epochs |",
+            "|---|---|---|---|---|---|---|---|",
+            *(_row(m, table["methods"][m]) for m in methods),
+        ]
+        print("\n".join(lines[-(len(methods) + 4) :]), flush=True)
     out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out / "summary.md", "\n".join(lines) + "\n")
     write_text_atomic(out / "summary.json", json.dumps(finite_json(results), indent=1) + "\n")

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from distmis.config import ExperimentConfig
+    from distmis.config import ExperimentConfig, SearchConfig
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -53,6 +53,24 @@ def describe_recipe(config: ExperimentConfig) -> str:
     )
 
 
+def _describe_sampler(s: SearchConfig) -> str:
+    """TPE's random start-up at the file's concurrency, or at the scales it may run at when the
+    cluster decides: the start-up grows with the trials that run at once (2 per concurrent trial),
+    so a search with few rounds is a random search, which is what wins at that scale
+    (``benchmarks/search_scale.py``, docs/simulate.md)."""
+
+    def at(k: int) -> str:
+        startup = s.tpe_startup_trials(k)
+        if startup >= s.num_samples:
+            return f"all {s.num_samples} trials random (random search)"
+        return f"TPE after {startup} random start-up trials"
+
+    if s.startup_trials or s.max_concurrent_trials:
+        return f"optuna ({at(s.max_concurrent_trials or 1)})"
+    scales = "; ".join(f"{k} at once: {at(k)}" for k in (1, 8, 32, 128))
+    return f"optuna (start-up max(2 x concurrent trials, min(10, samples/4)): {scales})"
+
+
 def describe_space(config: ExperimentConfig) -> str:
     """What the search will do: algorithm, budget, metric, and every parameter with the field it sets."""
     from distmis.config import resolve_param_name
@@ -65,14 +83,7 @@ def describe_space(config: ExperimentConfig) -> str:
         else f"ASHA (grace {s.scheduler.grace_period}, factor {s.scheduler.reduction_factor:g}, "
         f"{s.scheduler.brackets} bracket(s))"
     )
-    algorithm: str = s.algorithm
-    if s.algorithm == "optuna":
-        if s.startup_trials or s.max_concurrent_trials:
-            algorithm = (
-                f"optuna (TPE after {s.tpe_startup_trials(s.max_concurrent_trials or 1)} random start-up trials)"
-            )
-        else:
-            algorithm = "optuna (TPE after max(2 x concurrent trials, min(10, samples/4)) random start-up trials)"
+    algorithm = _describe_sampler(s) if s.algorithm == "optuna" else s.algorithm
     lines = [
         f"search '{config.name}': {algorithm}, {s.num_samples} samples, {scheduler}, "
         f"metric {s.metric} ({s.mode}), parallelism {config.parallelism.mode}"

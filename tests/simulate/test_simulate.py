@@ -257,3 +257,18 @@ def test_curves_come_straight_from_a_finished_search(prepared16: Path, tmp_path:
     out = tmp_path / "sim"
     rc = main(["simulate", str(replay), "--curves", str(search), "--workers", "2", "--seeds", "2", "--out", str(out)])
     assert rc == 0 and (out / "summary.json").is_file()
+
+
+def test_validate_shows_what_the_sampler_does_at_each_scale(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without max_concurrent_trials the cluster decides the concurrency: validate shows each scale."""
+    search = _search(tmp_path, "tpe", "optuna", samples=64)
+    assert main(["validate", str(search), "--no-data"]) == 0
+    out = capsys.readouterr().out
+    assert "1 at once: TPE after 10 random start-up trials" in out
+    assert "8 at once: TPE after 16 random start-up trials" in out
+    assert "32 at once: all 64 trials random (random search)" in out
+    doc = yaml.safe_load(search.read_text())
+    doc["search"]["max_concurrent_trials"] = 4
+    search.write_text(yaml.safe_dump(doc))
+    assert main(["validate", str(search), "--no-data"]) == 0
+    assert "optuna (TPE after 10 random start-up trials)" in capsys.readouterr().out
