@@ -230,6 +230,12 @@ class SchedulerConfig(_Section):
     brackets: int = Field(1, ge=1)
 
 
+#: trials at once from which a search with few rounds samples at random (see SearchConfig.tpe_startup_trials)
+CLUSTER_SCALE = 16
+#: rounds of concurrent trials (num_samples / concurrency) above which TPE beats random sampling at that scale
+ROUNDS_FOR_TPE = 8
+
+
 class SearchConfig(_Section):
     """``points``: with algorithm ``points``, exactly the listed configurations (``{param: value}``
     per trial), in order (``distmis compare`` uses it so that every parallelism mode trains the
@@ -247,15 +253,24 @@ class SearchConfig(_Section):
     startup_trials: int | None = Field(
         None,
         ge=1,
-        description="random trials before TPE models the results; default max(2 x concurrency, min(10, num_samples/4))",
+        description="random trials before TPE models the results; default max(2 x concurrency, min(10, num_samples/4)), "
+        "and every trial when 16 or more run at once for 8 rounds or fewer",
     )
     scheduler: SchedulerConfig = SchedulerConfig()
     max_failures: int = Field(2, ge=0)
 
     def tpe_startup_trials(self, concurrency: int) -> int:
-        """Random trials TPE starts with: ``startup_trials``, else the rule in its description."""
+        """Random trials TPE starts with: ``startup_trials``, else the rule in its description.
+
+        At cluster scale with few rounds (``num_samples <= 8 x concurrency`` with 16 or more trials
+        at once) every trial is random: simulated on the shipped anatomy curves, random sampling with
+        ASHA reached random search's final best sooner and more often than TPE there, whose model
+        sees too few finished trials between rounds (``benchmarks/search_scale.py``, docs/simulate.md).
+        """
         if self.startup_trials:
             return self.startup_trials
+        if concurrency >= CLUSTER_SCALE and self.num_samples <= ROUNDS_FOR_TPE * concurrency:
+            return self.num_samples
         return max(2 * concurrency, min(10, self.num_samples // 4))
 
     @field_validator("metric")

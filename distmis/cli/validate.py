@@ -55,9 +55,8 @@ def describe_recipe(config: ExperimentConfig) -> str:
 
 def _describe_sampler(s: SearchConfig) -> str:
     """TPE's random start-up at the file's concurrency, or at the scales it may run at when the
-    cluster decides: the start-up grows with the trials that run at once (2 per concurrent trial),
-    so a search with few rounds is a random search, which is what wins at that scale
-    (``benchmarks/search_scale.py``, docs/simulate.md)."""
+    cluster decides it (:meth:`~distmis.config.SearchConfig.tpe_startup_trials`): a search of few
+    rounds at cluster scale samples every trial at random."""
 
     def at(k: int) -> str:
         startup = s.tpe_startup_trials(k)
@@ -68,7 +67,7 @@ def _describe_sampler(s: SearchConfig) -> str:
     if s.startup_trials or s.max_concurrent_trials:
         return f"optuna ({at(s.max_concurrent_trials or 1)})"
     scales = "; ".join(f"{k} at once: {at(k)}" for k in (1, 8, 32, 128))
-    return f"optuna (start-up max(2 x concurrent trials, min(10, samples/4)): {scales})"
+    return f"optuna (the concurrency decides: {scales})"
 
 
 def describe_space(config: ExperimentConfig) -> str:

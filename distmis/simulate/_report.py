@@ -182,7 +182,8 @@ def plot(runs: dict[str, dict[Any, dict]], table: dict[str, Any], path: Path, me
         curves = []
         for r in seeds.values():
             sign = r["sign"]
-            curves.append([sign * best_so_far(r["events"], t) if t <= r["wall"] else np.nan for t in ts])
+            # a run that has ended keeps its final best: its median does not drop when it stops
+            curves.append([sign * best_so_far(r["events"], t) for t in ts])
         arr = np.array(curves, dtype=float)
         arr[~np.isfinite(arr)] = np.nan
         with np.errstate(all="ignore"), warnings.catch_warnings():

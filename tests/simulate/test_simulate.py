@@ -272,3 +272,11 @@ def test_validate_shows_what_the_sampler_does_at_each_scale(tmp_path: Path, caps
     search.write_text(yaml.safe_dump(doc))
     assert main(["validate", str(search), "--no-data"]) == 0
     assert "optuna (TPE after 10 random start-up trials)" in capsys.readouterr().out
+    doc["search"]["max_concurrent_trials"], doc["search"]["num_samples"] = 16, 128
+    search.write_text(yaml.safe_dump(doc))
+    assert main(["validate", str(search), "--no-data"]) == 0
+    assert "optuna (all 128 trials random (random search))" in capsys.readouterr().out  # 8 rounds at 16
+    doc["search"]["num_samples"] = 144
+    search.write_text(yaml.safe_dump(doc))
+    assert main(["validate", str(search), "--no-data"]) == 0
+    assert "optuna (TPE after 32 random start-up trials)" in capsys.readouterr().out  # 9 rounds: TPE models
