@@ -104,15 +104,19 @@ def sobol_points(space: dict[str, Any], n: int, seed: int) -> list[dict[str, Any
     return points
 
 
-def design(task: str, space: dict[str, Any], configs: int, repeats: int, seed: int) -> list[dict[str, Any]]:
-    """The trials to record, in order: every configuration with training seed 0, then the repeats with seed 1."""
+def design(
+    task: str, space: dict[str, Any], configs: int, repeats: int, seed: int, extra_seeds: int = 1
+) -> list[dict[str, Any]]:
+    """The trials to record, in order: every configuration with training seed 0, then the first
+    ``repeats`` again with seeds 1 .. ``extra_seeds``."""
     first: list[dict[str, Any]] = []
     if task == "quickstart":
         from search_efficiency import grid_space, shuffled_grid
 
         first = shuffled_grid(grid_space(), seed)  # the grid's own points, so the grid is simulated exactly
     points = first + sobol_points(space, configs, seed)
-    return [{**p, "seed": 0} for p in points] + [{**p, "seed": 1} for p in points[:repeats]]
+    again = [{**p, "seed": s} for s in range(1, extra_seeds + 1) for p in points[:repeats]]
+    return [{**p, "seed": 0} for p in points] + again
 
 
 def record(doc: dict[str, Any], root: Path) -> Path:
@@ -141,7 +145,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--task", default="anatomy32", choices=["anatomy32", "quickstart"])
     p.add_argument("--configs", type=int, default=256, help="Sobol configurations (a power of 2 keeps its balance)")
-    p.add_argument("--repeats", type=int, default=48, help="configurations trained again with a second seed")
+    p.add_argument("--repeats", type=int, default=48, help="configurations trained again with other seeds")
+    p.add_argument("--extra-seeds", type=int, default=1, help="seeds 1..N for the repeated configurations")
     p.add_argument("--epochs", type=int, default=None, help="train.epochs (default: the task's)")
     p.add_argument("--seed", type=int, default=0, help="the design's scrambling seed")
     p.add_argument("--concurrency", type=int, default=2)
@@ -154,7 +159,7 @@ def main() -> None:
     os.environ.setdefault("DISTMIS_DATA_HOME", str(root / "data"))
     base = anatomy32_base(root) if a.task == "anatomy32" else quickstart_base(root)
     space = dict(base["space"])
-    points = design(a.task, space, a.configs, a.repeats, a.seed)
+    points = design(a.task, space, a.configs, a.repeats, a.seed, a.extra_seeds)
     doc = dict(base)
     if a.epochs:
         doc["train"] = {**doc["train"], "epochs": a.epochs}
@@ -166,7 +171,7 @@ def main() -> None:
         "max_concurrent_trials": a.concurrency,
         "max_failures": 0,
     }
-    doc["space"] = {**space, "seed": {"choice": [0, 1]}}
+    doc["space"] = {**space, "seed": {"choice": list(range(a.extra_seeds + 1))}}
     doc["parallelism"] = {"mode": "experiment", "workers_per_trial": 1, "cpus_per_worker": 1, "gpus_per_worker": 0}
     search = record(doc, root)
     if a.table:

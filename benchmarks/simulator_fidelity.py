@@ -74,7 +74,9 @@ def simulated_runs(
         }
         for seed in range(seeds):
             config = ExperimentConfig.model_validate(search_doc(method, seed, base, "synthetic", samples, None))
-            runs[method][seed] = simulate_search(config, surrogate, workers=2, costs=costs, seed=seed).as_dict()
+            # a real run trains every trial with train.seed = its seed: replay that seed's curves where recorded
+            run = simulate_search(config, surrogate, workers=2, costs=costs, seed=seed, match_training_seed=True)
+            runs[method][seed] = run.as_dict()
         print(f"  simulated {method}: {seeds} seeds", flush=True)
     return runs, notes
 

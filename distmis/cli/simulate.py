@@ -26,6 +26,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--target", type=float, default=None, help="target of the search metric (default: the first file's median best)"
     )
+    p.add_argument(
+        "--match-training-seed",
+        action="store_true",
+        help="replay the curves recorded with each file's train.seed where held (else a recorded seed is drawn)",
+    )
     p.add_argument("--out", default=None, help="output directory (default runs/simulate-<first file's name>)")
 
 
@@ -41,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
         seeds=args.seeds,
         samples=args.samples,
         target=args.target,
+        match_training_seed=args.match_training_seed,
         out=out.resolve(),
     )
     return 0

@@ -127,12 +127,20 @@ class _Simulation:
     """The event loop of one search: idle workers, running trials as a heap of epoch ends, the driver."""
 
     def __init__(
-        self, config: ExperimentConfig, surrogate: NearestCurves, work: Path, *, workers: int, costs: StartupCosts
+        self,
+        config: ExperimentConfig,
+        surrogate: NearestCurves,
+        work: Path,
+        *,
+        workers: int,
+        costs: StartupCosts,
+        training_seed: int | None,
     ) -> None:
         from distmis.tuning import scheduler, searcher
 
         s = config.search
         self.metric, self.epochs, self.costs, self.surrogate = s.metric, config.train.epochs, costs, surrogate
+        self.training_seed = training_seed
         self.search_alg, param_space, self.budget = searcher(config, work, workers)
         self.points = list(param_space[GRID_KEY]["grid_search"]) if param_space else []
         if param_space:
@@ -163,7 +171,8 @@ class _Simulation:
             params = sampled_params(suggested)
             worker, warm = self.idle.pop()
             started = ready if warm else ready + self.costs.slot
-            trial = SimulatedTrial(tid, params, self.surrogate.curve(params, rng), worker, started)
+            curve = self.surrogate.curve(params, rng, training_seed=self.training_seed)
+            trial = SimulatedTrial(tid, params, curve, worker, started)
             if self.scheduler is not None:
                 _, ready = self.driver.decide(ready, partial(self.scheduler.on_trial_add, None, trial))
             self.starts.append(started)
@@ -225,12 +234,24 @@ def simulate_search(
     workers: int,
     costs: StartupCosts,
     seed: int,
+    match_training_seed: bool = False,
 ) -> SearchRun:
-    """Run ``config``'s search with ``workers`` concurrent trials on the recorded curves."""
+    """Run ``config``'s search with ``workers`` concurrent trials on the recorded curves.
+
+    ``match_training_seed``: replay the curves recorded with the file's ``train.seed`` where a
+    configuration has one (what a real search with that seed trains), else a recorded seed drawn.
+    """
     np.random.seed(seed)  # ASHA draws each trial's bracket from NumPy's global generator
     rng = np.random.default_rng(seed)
     with tempfile.TemporaryDirectory(prefix="distmis-simulate-") as work:
-        sim = _Simulation(config, surrogate, Path(work), workers=workers, costs=costs)
+        sim = _Simulation(
+            config,
+            surrogate,
+            Path(work),
+            workers=workers,
+            costs=costs,
+            training_seed=config.train.seed if match_training_seed else None,
+        )
         sim.start_trials(0.0, rng)
         while sim.heap:
             sim.step(rng)

@@ -70,6 +70,7 @@ def run_simulation(
     samples: int | None,
     target: float | None,
     out: Path,
+    match_training_seed: bool = False,
 ) -> dict[str, Any]:
     """Simulate every search file over ``seeds`` seeds; writes ``summary.json``, ``summary.md`` and
     ``best_so_far.png`` into ``out`` and returns the summary.
@@ -88,7 +89,7 @@ def run_simulation(
     if len(set(names)) != len(names):
         raise CurveError(f"two search files share a name ({names}); each method needs its own `name`")
     with OutputClaim(out, command="simulate", option="--out"):
-        runs, seconds = _simulate_all(methods, workers=workers, seeds=seeds)
+        runs, seconds = _simulate_all(methods, workers=workers, seeds=seeds, match_training_seed=match_training_seed)
         first = methods[0]
         sign = 1.0 if first.config.search.mode == "max" else -1.0
         if target is None:
@@ -135,7 +136,9 @@ def run_simulation(
     return summary
 
 
-def _simulate_all(methods: list[Method], *, workers: int, seeds: int) -> tuple[dict[str, dict[int, SearchRun]], float]:
+def _simulate_all(
+    methods: list[Method], *, workers: int, seeds: int, match_training_seed: bool
+) -> tuple[dict[str, dict[int, SearchRun]], float]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from distmis.console import console
@@ -150,7 +153,12 @@ def _simulate_all(methods: list[Method], *, workers: int, seeds: int) -> tuple[d
             for seed in range(seeds):
                 progress.update(task, description=f"{m.name} seed {seed}")
                 runs[m.name][seed] = simulate_search(
-                    with_seed(m.config, seed), m.surrogate, workers=workers, costs=m.costs, seed=seed
+                    with_seed(m.config, seed),
+                    m.surrogate,
+                    workers=workers,
+                    costs=m.costs,
+                    seed=seed,
+                    match_training_seed=match_training_seed,
                 )
                 progress.advance(task)
     return runs, time.perf_counter() - start

@@ -129,9 +129,17 @@ class NearestCurves:
             d[exclude] = math.inf
         return int(np.argmin(d))
 
-    def curve(self, params: dict[str, Any], rng: np.random.Generator) -> Curve:
-        """A recorded curve for ``params``: its own where recorded, else its nearest neighbour's (a seed drawn)."""
+    def curve(self, params: dict[str, Any], rng: np.random.Generator, *, training_seed: int | None = None) -> Curve:
+        """A recorded curve for ``params``: its own where recorded, else its nearest neighbour's.
+
+        Of a configuration's seeds, the one recorded with ``training_seed`` where given and held
+        (training is deterministic: a real trial with that seed reports that very curve), else one
+        drawn at random.
+        """
         options = self.curves[self.nearest(params)]
+        same = [c for c in options if training_seed is not None and c.training_seed == training_seed]
+        if same:
+            return same[0]
         return options[int(rng.integers(len(options)))] if len(options) > 1 else options[0]
 
     def best(self, curve: Curve) -> float:

@@ -143,6 +143,8 @@ def test_the_surrogate_answers_a_recorded_configuration_with_its_own_curve(table
     rng = np.random.default_rng(0)
     seeds = {surrogate.curve({"lr": 1e-4, "norm": "batch"}, rng).training_seed for _ in range(20)}
     assert seeds == {0, 1}  # both recorded seeds are drawn
+    same = {surrogate.curve({"lr": 1e-4, "norm": "batch"}, rng, training_seed=1).training_seed for _ in range(5)}
+    assert same == {1}  # the seed a real trial would train with, where recorded
     near = surrogate.curve({"lr": 2.9e-3, "norm": "group"}, rng)
     assert near.params == {"lr": 3e-3, "norm": "group"}
     loo = surrogate.leave_one_out()
