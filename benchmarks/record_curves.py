@@ -15,8 +15,8 @@ Tasks:
 
     python benchmarks/record_curves.py --task anatomy32 --configs 256 --repeats 48 \
         --table benchmarks/curves/anatomy32.csv.gz
-    python benchmarks/record_curves.py --task quickstart --configs 64 --repeats 16 \
-        --table benchmarks/curves/quickstart.csv.gz
+    python benchmarks/record_curves.py --task quickstart --configs 64 --repeats 96 --extra-seeds 2 \
+        --out runs/curves-quickstart-3seeds --table benchmarks/curves/quickstart.csv.gz
 """
 
 from __future__ import annotations
