@@ -26,6 +26,7 @@ built from a search, because a table stands for configurations that can be train
 from __future__ import annotations
 
 import csv
+import dataclasses
 import gzip
 import io
 import math
@@ -253,17 +254,11 @@ def typed_for(table: CurveTable, space: Space, *, metric: str, epochs: int) -> C
             for name, text in curve.params.items()
         }
         typed.append(
-            Curve(
-                trial=curve.trial,
-                training_seed=curve.training_seed,
+            dataclasses.replace(
+                curve,
                 params=params,
-                warm=curve.warm,
-                startup_seconds=curve.startup_seconds,
-                slot_startup_seconds=curve.slot_startup_seconds,
                 epoch_seconds=curve.epoch_seconds[:epochs],
                 values={m: v[:epochs] for m, v in curve.values.items()},
-                peak_memory_bytes=curve.peak_memory_bytes,
-                search_fixed_seconds=curve.search_fixed_seconds,
             )
         )
     return CurveTable(typed, table.source)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -113,12 +114,17 @@ class NearestCurves:
         """Weighted squared distances from ``params`` to every recorded configuration."""
         return np.asarray(self._differences(np.array(self._coords(params), dtype=float)) @ self.weights)
 
+    @cached_property
+    def pairs(self) -> np.ndarray:
+        """Per pair of recorded configurations and parameter, the squared difference (n, n, parameters):
+        what fitting the weights and every leave-one-out estimate read, computed once."""
+        return np.stack([self._differences(q) for q in self.coords])
+
     def fit_weights(self, options: tuple[float, ...] = (0.0, 0.25, 1.0, 4.0), rounds: int = 3) -> None:
         """Weigh each parameter by how much it moves the result: coordinate descent on the leave-one-out
         error of the best value. A parameter that does not matter (weight 0) then no longer pulls a
         configuration towards a neighbour that differs where it counts."""
-        pairs = np.stack([self._differences(q) for q in self.coords])  # (n, n, parameters)
-        self.weights = _fitted(pairs, self.truth, options, rounds, list(range(len(self.truth))))
+        self.weights = _fitted(self.pairs, self.truth, options, rounds, list(range(len(self.truth))))
 
     def nearest(self, params: dict[str, Any], *, exclude: int | None = None) -> int:
         i = self.index.get(config_key(params))
@@ -167,7 +173,7 @@ class NearestCurves:
         truth = self.truth
         if len(truth) < 4:
             return LeaveOneOut(len(truth), math.nan, math.nan, 0, math.nan)
-        pairs = np.stack([self._differences(q) for q in self.coords])
+        pairs = self.pairs
         if np.all(self.weights == 1.0):
             predicted = _predict(pairs, self.weights, truth, range(len(truth)))
         else:
