@@ -21,29 +21,39 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # this process prepares data
 TASK_FILES = {
     "quickstart": REPO / "search_spaces" / "quickstart.yaml",
     "mni152": REPO / "search_spaces" / "anatomy_quickstart.yaml",
+    "anatomy32": REPO / "benchmarks" / "curves" / "anatomy32.yaml",
 }
+
+#: task -> the real-anatomy data it is written as by ``tests/_support/anatomy.py``: (directory name, shape, voxel mm)
+ANATOMY_DATA = {"mni152": ("mni152", 64, 2.0), "anatomy32": ("mni152_32", 32, 4.0)}
 
 
 def prepare_task(task: str, base: dict[str, Any], base_dir: Path, root: Path) -> Path:
     """The task's data, prepared once into the benchmark's own cache (``root/data``).
 
-    ``mni152`` is written from nilearn's MNI152 template by ``tests/anatomy.py`` (20 subjects,
-    64^3 at 2 mm) whatever the file's ``data.source`` says.
+    The anatomy tasks are written from nilearn's MNI152 template by ``tests/_support/anatomy.py`` (20 subjects;
+    ``mni152`` 64^3 at 2 mm, ``anatomy32`` 32^3 at 4 mm) whatever the file's ``data.source`` says.
     """
     os.environ.setdefault("DISTMIS_DATA_HOME", str(root / "data"))
     from distmis.config import DataConfig
     from distmis.data import resolve_prepared
 
     data = dict(base.get("data", {}))
-    if task == "mni152":
-        sys.path.insert(0, str(REPO / "tests"))
-        from anatomy import write_mni152_task
-
-        raw = root / "data" / "mni152"
-        if not (raw / "dataset.json").is_file():
-            write_mni152_task(raw)
-        data["source"] = str(raw)
+    if task in ANATOMY_DATA:
+        data["source"] = str(anatomy_data(task, root))
     return resolve_prepared(DataConfig.model_validate(data), base_dir=base_dir)
+
+
+def anatomy_data(task: str, root: Path) -> Path:
+    """The raw MSD-style directory of an anatomy task under ``root/data``, written once."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from _support.anatomy import write_mni152_task
+
+    name, side, voxel_mm = ANATOMY_DATA[task]
+    raw = root / "data" / name
+    if not (raw / "dataset.json").is_file():
+        write_mni152_task(raw, shape=(side, side, side), voxel_mm=voxel_mm)
+    return raw
 
 
 def run_tune(doc: dict[str, Any], root: Path, out: Path) -> float:
@@ -75,4 +85,4 @@ def run_tune(doc: dict[str, Any], root: Path, out: Path) -> float:
     return wall
 
 
-__all__ = ["REPO", "TASK_FILES", "fmt_stat", "prepare_task", "quartiles", "run_tune"]
+__all__ = ["ANATOMY_DATA", "REPO", "TASK_FILES", "anatomy_data", "fmt_stat", "prepare_task", "quartiles", "run_tune"]

@@ -7,7 +7,7 @@ second training seed for the first ``--repeats`` configurations (seed noise). Th
 keeping every trial it finished. The table is then written from that search (``--table``).
 
 Tasks:
-  anatomy32   grey and white matter of the MNI152 brain (tests/anatomy.py), 20 subjects at 32^3,
+  anatomy32   grey and white matter of the MNI152 brain (tests/_support/anatomy.py), 20 subjects at 32^3,
               4 mm; 9 dimensions: lr, norm, filters, depth, loss, batch size, dropout, schedule,
               foreground oversampling; 16 epochs
   quickstart  the quickstart data and the prototype grid's space with lr log-uniform (the space
@@ -31,29 +31,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from benchlib import REPO, TASK_FILES, prepare_task
+from benchlib import REPO, TASK_FILES, anatomy_data, prepare_task
 
-ANATOMY32_SPACE: dict[str, Any] = {
-    "lr": {"loguniform": [3.0e-4, 3.0e-2]},
-    "norm": {"choice": ["batch", "group", "instance"]},
-    "filters": {"choice": [4, 8, 16]},
-    "depth": {"choice": [2, 3]},
-    "loss": {"choice": ["dice", "dice_ce"]},
-    "batch_size_per_replica": {"choice": [1, 2, 4]},
-    "dropout": {"uniform": [0.0, 0.3]},
-    "lr_schedule": {"choice": ["constant", "poly", "cosine"]},
-    "foreground_oversampling": {"uniform": [0.0, 0.67]},
-}
+#: the space of the anatomy32 task, as its search file (the shipped table's companion) holds it
+ANATOMY32_SPACE: dict[str, Any] = yaml.safe_load(TASK_FILES["anatomy32"].read_text())["space"]
 
 
 def anatomy32_base(root: Path) -> dict[str, Any]:
     """The 32^3, 4 mm real-anatomy task (12 train, 4 validation, 4 test subjects)."""
-    sys.path.insert(0, str(REPO / "tests"))
-    from anatomy import write_mni152_task
-
-    raw = root / "data" / "mni152_32"
-    if not (raw / "dataset.json").is_file():
-        write_mni152_task(raw, shape=(32, 32, 32), voxel_mm=4.0)
+    raw = anatomy_data("anatomy32", root)
     return {
         "name": "curves-anatomy32",
         "data": {

@@ -4,9 +4,10 @@ Every method searches the same prepared data with the same model, epochs and tra
 2 trials at a time, each as a real ``distmis tune`` process (its own local Ray), once per seed:
 
   grid          the prototype's 32-point grid (lr x norm x beta_2 x amsgrad), its order shuffled
-                per seed, no scheduler
+                per seed, no scheduler; on anatomy32 a 24-point grid (lr x norm x loss, the other
+                six parameters at the task file's model)
   random        Optuna's RandomSampler over the same space with lr log-uniform over the grid's
-                range, no scheduler
+                range, no scheduler; on anatomy32 over the task file's 9-dimensional space
   tpe           Optuna TPE over that space, no scheduler
   random+sched  random search with the scheduler defaults (separates the scheduler's gain from TPE's)
   default       what the task's search-space file runs (quickstart.yaml: TPE + the scheduler defaults)
@@ -29,6 +30,7 @@ against time, IQR band) and prints the table. Finished runs are kept: a second c
 
     python benchmarks/search_efficiency.py --seeds 5                  # quickstart data, target 0.93
     python benchmarks/search_efficiency.py --task mni152 --seeds 3    # real anatomy (needs nilearn)
+    python benchmarks/search_efficiency.py --task anatomy32 --seeds 3 --samples 24 --methods grid,random,default
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from benchlib import REPO, TASK_FILES, prepare_task, run_tune
 from distmis.simulate import analyse, finite_json, plot, table_text
 
 #: the default target of the search metric per task
-TARGETS = {"quickstart": 0.93, "mni152": 0.85}
+TARGETS = {"quickstart": 0.93, "mni152": 0.85, "anatomy32": 0.80}
 GRID_FILE = REPO / "search_spaces" / "distmis_grid.yaml"
 ALL_METHODS = ("grid", "random", "tpe", "random+sched", "default", "tpe+asha-g2")
 
@@ -65,6 +67,29 @@ def continuous_space(grid: dict[str, Any]) -> dict[str, Any]:
     return space
 
 
+#: the anatomy32 task's grid: the knobs a user grids first (lr x norm x loss), every other parameter of
+#: its space held at one value, so that the grid and the samplers search the same parameters
+ANATOMY32_GRID: dict[str, Any] = {
+    "lr": {"choice": [1.0e-3, 3.0e-3, 1.0e-2, 3.0e-2]},
+    "norm": {"choice": ["batch", "group", "instance"]},
+    "filters": {"choice": [8]},
+    "depth": {"choice": [3]},
+    "loss": {"choice": ["dice", "dice_ce"]},
+    "batch_size_per_replica": {"choice": [2]},
+    "dropout": {"choice": [0.0]},
+    "lr_schedule": {"choice": ["constant"]},
+    "foreground_oversampling": {"choice": [0.33]},
+}
+
+
+def task_spaces(task: str, base: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(grid, sampled space) of a task: anatomy32's own 9-dimensional space, else the prototype's grid."""
+    if task == "anatomy32":
+        return ANATOMY32_GRID, base["space"]
+    grid = grid_space()
+    return grid, continuous_space(grid)
+
+
 def shuffled_grid(grid: dict[str, Any], seed: int) -> list[dict[str, Any]]:
     from distmis.space import ParamSpec, grid_points
 
@@ -73,9 +98,9 @@ def shuffled_grid(grid: dict[str, Any], seed: int) -> list[dict[str, Any]]:
     return points
 
 
-def method_search(method: str, base: dict[str, Any], seed: int, samples: int) -> tuple[dict[str, Any], dict]:
+def method_search(method: str, base: dict[str, Any], seed: int, samples: int, task: str) -> tuple[dict[str, Any], dict]:
     """(search section, space) of one method."""
-    grid = grid_space()
+    grid, space = task_spaces(task, base)
     common = {
         "metric": base["search"].get("metric", "val_dice"),
         "mode": base["search"].get("mode", "max"),
@@ -87,7 +112,6 @@ def method_search(method: str, base: dict[str, Any], seed: int, samples: int) ->
     if method == "grid":
         points = shuffled_grid(grid, seed)
         return {**common, "algorithm": "points", "points": points, "scheduler": no_scheduler}, grid
-    space = continuous_space(grid)
     if method == "random":
         return {**common, "algorithm": "random", "scheduler": no_scheduler}, space
     if method == "tpe":
@@ -107,10 +131,10 @@ def method_search(method: str, base: dict[str, Any], seed: int, samples: int) ->
 
 
 def search_doc(
-    method: str, seed: int, base: dict[str, Any], source: str, samples: int, epochs: int | None
+    method: str, seed: int, base: dict[str, Any], source: str, samples: int, epochs: int | None, task: str
 ) -> dict[str, Any]:
     """The search-space document one method runs for one seed (also what the simulator replays)."""
-    search, space = method_search(method, base, seed, samples)
+    search, space = method_search(method, base, seed, samples, task)
     doc = dict(base)
     doc["name"] = f"bench-{method.replace('+', '_')}-s{seed}"
     doc["data"] = {**base.get("data", {}), "source": source}
@@ -123,12 +147,19 @@ def search_doc(
 
 
 def run_one(
-    method: str, seed: int, base: dict[str, Any], prepared: Path, root: Path, samples: int, epochs: int | None
+    method: str,
+    seed: int,
+    base: dict[str, Any],
+    prepared: Path,
+    root: Path,
+    samples: int,
+    epochs: int | None,
+    task: str,
 ) -> Path:
     out = root / "runs" / f"{method.replace('+', '_')}-s{seed}"
     if (out / "results.csv").is_file():
         return out
-    run_tune(search_doc(method, seed, base, str(prepared), samples, epochs), root, out)
+    run_tune(search_doc(method, seed, base, str(prepared), samples, epochs, task), root, out)
     return out
 
 
@@ -191,7 +222,7 @@ def main() -> None:
     outs: dict[str, dict[int, Path]] = {m: {} for m in methods}
     for seed in seeds:  # seed by seed: an interrupted benchmark still has whole seeds to compare
         for method in methods:
-            outs[method][seed] = run_one(method, seed, base, prepared, root, a.samples, a.epochs)
+            outs[method][seed] = run_one(method, seed, base, prepared, root, a.samples, a.epochs, a.task)
     runs = {m: {s: read_search(o, metric, mode) for s, o in by_seed.items()} for m, by_seed in outs.items()}
     sign = 1.0 if mode == "max" else -1.0
     table = analyse(runs, target, sign, horizon_from="grid")
