@@ -55,7 +55,7 @@ test: lint
 
 # the process-heavy tests (Ray, trials, servers, SLURM) with one busy CPU hog beside them
 test-stress: install
-	$(BIN)/python tests/stress.py
+	$(BIN)/python tests/_support/stress.py
 
 clean:
 	rm -rf $(VENV) runs data .pytest_cache

@@ -155,12 +155,13 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--no-startup", action="store_true", help="skip the start-up measurement (real searches)")
     args = ap.parse_args()
+    from distmis.config import PrepareConfig
     from distmis.data import prepare_dataset, write_synthetic_msd
 
     work = Path(tempfile.mkdtemp(prefix="dp-bench-"))
     shape = (args.size,) * 3
     write_synthetic_msd(work / "msd", cases=16, shape=shape, test_cases=0)
-    prepare_dataset(work / "msd", work / "prep", shape=shape, split=(0.75, 0.25, 0.0))
+    prepare_dataset(work / "msd", work / "prep", PrepareConfig(shape=shape, split=(0.75, 0.25, 0.0)))
     b, half = args.batch, args.batch // 2
     one_1t = run(work / "prep", work / "a.json", b, 1, 1, args.steps, args.size)
     one_2t = run(work / "prep", work / "b.json", b, 2, 1, args.steps, args.size)

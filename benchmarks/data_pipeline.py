@@ -32,7 +32,7 @@ def main() -> None:
     import nibabel as nib
     import numpy as np
 
-    from distmis.config import AugmentConfig, ExperimentConfig
+    from distmis.config import AugmentConfig, ExperimentConfig, PrepareConfig
     from distmis.data import load_manifest, make_dataset, prepare_dataset, write_synthetic_msd
     from distmis.training import Trainer
 
@@ -48,10 +48,10 @@ def main() -> None:
     mb = nbytes / 1e6
 
     start = time.perf_counter()
-    prepare_dataset(work / "msd", work / "prep", shape=shape, split=(0.8, 0.2, 0.0))
+    prepare_dataset(work / "msd", work / "prep", PrepareConfig(shape=shape, split=(0.8, 0.2, 0.0)))
     t_cold = time.perf_counter() - start  # as the CLI pays it: TensorFlow import included
     start = time.perf_counter()
-    prepare_dataset(work / "msd", work / "prep2", shape=shape, split=(0.8, 0.2, 0.0))
+    prepare_dataset(work / "msd", work / "prep2", PrepareConfig(shape=shape, split=(0.8, 0.2, 0.0)))
     t_prep = time.perf_counter() - start  # TensorFlow already imported; worker start-up included
 
     manifest = load_manifest(work / "prep")

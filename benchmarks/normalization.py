@@ -1,6 +1,6 @@
 """CT normalised as CT, or as MRI: the prepared intensities and a short training run, side by side.
 
-Writes a CT-like dataset in Hounsfield units (``tests/ctdata.py``: air -1000, soft tissue about
+Writes a CT-like dataset in Hounsfield units (``tests/_support/ctdata.py``: air -1000, soft tissue about
 40 HU with water at exactly 0 HU, a lesion about 120 HU), prepares it twice, with the per-case
 z-score over non-zero voxels that every channel got before (``--normalization zscore``) and with
 CT's dataset-wide clip and z-score (``auto``, what distmis does for a ``CT`` modality now), prints
@@ -35,7 +35,7 @@ def main() -> None:
     p.add_argument("--shape", type=int, default=32)
     p.add_argument("--epochs", type=int, default=6)
     a = p.parse_args()
-    from ctdata import write_ct
+    from _support.ctdata import write_ct
 
     from distmis.data import load_manifest, normalize
 

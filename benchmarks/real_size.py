@@ -75,6 +75,7 @@ def measure_prepare(src: Path, out: Path) -> dict[str, Any]:
     import nibabel as nib
     import numpy as np
 
+    from distmis.config import PrepareConfig
     from distmis.data import prepare_dataset
 
     inputs = sorted(src.glob("*Tr/*.nii.gz"))
@@ -84,7 +85,7 @@ def measure_prepare(src: Path, out: Path) -> dict[str, Any]:
     t_read = time.perf_counter() - start
     cases = len(inputs) // 2
     start = time.perf_counter()
-    prepare_dataset(src, out, shape=PREPARED, split=(0.85, 0.15, 0.0), overwrite=True)
+    prepare_dataset(src, out, PrepareConfig(shape=PREPARED, split=(0.85, 0.15, 0.0)), overwrite=True)
     t_prep = time.perf_counter() - start
     nii = sum(f.stat().st_size for f in inputs)
     return {
@@ -177,10 +178,13 @@ def run_measured(command: list[str], cwd: Path) -> dict[str, Any]:
 
 def train_and_predict(root: Path, msd: Path) -> dict[str, Any]:
     """One epoch of 96³ patches on 4 training cases with validation, then predict one whole case."""
+    from distmis.config import PrepareConfig
     from distmis.data import prepare_dataset
 
     prepared = root / "prep-train"
-    prepare_dataset(msd, prepared, shape=PREPARED, split=(0.67, 0.33, 0.0), overwrite=True)  # 4 train, 2 val
+    prepare_dataset(
+        msd, prepared, PrepareConfig(shape=PREPARED, split=(0.67, 0.33, 0.0)), overwrite=True
+    )  # 4 train, 2 val
     config = root / "train.yaml"
     config.write_text(
         f"name: real-size\ndata: {{source: {prepared}}}\n"

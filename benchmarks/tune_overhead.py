@@ -136,12 +136,13 @@ def main() -> None:
         plain_loop(args.plain_loop, args.part, args.parts)
         return
 
+    from distmis.config import PrepareConfig
     from distmis.data import prepare_dataset, write_synthetic_msd
 
     work = Path(tempfile.mkdtemp(prefix="tune-overhead-"))
     shape = (args.size,) * 3
     write_synthetic_msd(work / "msd", cases=args.cases, shape=shape, test_cases=0)
-    prepare_dataset(work / "msd", work / "prep", shape=shape, split=(0.75, 0.25, 0.0))
+    prepare_dataset(work / "msd", work / "prep", PrepareConfig(shape=shape, split=(0.75, 0.25, 0.0)))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
     env["TF_CPP_MIN_LOG_LEVEL"] = "2"
     files = {}

@@ -4,7 +4,7 @@
 ``optimizer``; ``distmis tune`` additionally reads ``search``, ``space``, ``parallelism`` and
 ``tracking``. Every section is a pydantic model with ``extra="forbid"``, so a typo is an
 error naming the YAML path, its line and the closest valid key instead of being silently
-ignored (the prototype's hard-coded keyword defaults let typos pass unnoticed).
+ignored: a typo that falls back to a default wastes a whole search.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from distmis.documents import MAX_YAML_NODES, StrictYamlLoader, expanded_size
+from distmis.documents import MAX_YAML_NODES, StrictYamlLoader, expanded_size, format_field, validation_problems
 from distmis.exceptions import ConfigError
 from distmis.metrics import SEARCH_METRICS, VAL_DICE, is_known_metric
 from distmis.space import ParamSpec, point_problems, structure_problems
@@ -192,8 +192,8 @@ class ModelConfig(_Section):
     depth: int = Field(3, ge=1, le=6)
     filters: int = Field(8, ge=1)
     kernel_size: int = Field(3, ge=1)
-    #: group by default: batch statistics of 1-2 patches are noise at 3D batch sizes (measured on the
-    #: MNI152 task, benchmarks/recipe.py: grey-matter test Dice 0.715 with batch, 0.84 with group)
+    #: group by default: batch statistics of 1-2 patches are noise at 3D batch sizes (the recipe's
+    #: figures on real anatomy: docs/benchmarks.md, benchmarks/recipe.py)
     norm: Literal["batch", "sync_batch", "group", "instance", "none"] = Field(
         "group", description="batch | sync_batch | group (default) | instance | none"
     )
@@ -240,7 +240,7 @@ class SearchConfig(_Section):
     """``points``: with algorithm ``points``, exactly the listed configurations (``{param: value}``
     per trial), in order (``distmis compare`` uses it so that every parallelism mode trains the
     same ones); with ``optuna`` or ``random``, configurations tried first, before the sampler
-    proposes its own (a known-good configuration, or the prototype's best; a parameter a point
+    proposes its own (a known-good configuration; a parameter a point
     leaves out is sampled)."""
 
     algorithm: Literal["optuna", "random", "grid", "points"] = "optuna"
@@ -442,10 +442,6 @@ def _located(message: str) -> tuple[tuple[Any, ...], str]:
     return path, match.group(2)
 
 
-def _format_loc(loc: tuple[Any, ...]) -> str:
-    return ".".join(str(p) for p in loc) or "<root>"
-
-
 def _nearest_line(lines: dict[tuple[Any, ...], int], loc: tuple[Any, ...]) -> int | None:
     for cut in range(len(loc), -1, -1):
         if loc[:cut] in lines:
@@ -473,11 +469,6 @@ def _did_you_mean(loc: tuple[Any, ...]) -> str:
         return ""
     hint = difflib.get_close_matches(str(loc[-1]), list(model.model_fields), n=1)
     return f" (did you mean {hint[0]!r}?)" if hint else ""
-
-
-def _clean_pydantic_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
-    # pydantic inserts union member names (e.g. 'tuple[int, int, int]') into locations
-    return tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p in ("function-after",))))
 
 
 def load_config(path: str | os.PathLike[str], *, require_space: bool = False) -> ExperimentConfig:
@@ -527,28 +518,18 @@ def load_config(path: str | os.PathLike[str], *, require_space: bool = False) ->
     try:
         config = ExperimentConfig.model_validate(raw)
     except ValidationError as exc:
-        for err in exc.errors():
-            loc = _clean_pydantic_loc(tuple(err["loc"]))
-            msg = err["msg"].removeprefix("Value error, ")
-            if err["type"] == "extra_forbidden":
-                msg = f"unknown key{_did_you_mean(loc)}"
-            elif "input" in err and err["type"] not in ("missing",) and not isinstance(err["input"], dict):
-                msg = f"{msg} (got {err['input']!r})"
+        for loc, msg in validation_problems(exc):
+            if msg == "unknown key":
+                msg += _did_you_mean(loc)
             if not loc:  # a check of the whole file that names its own field ("search.points.0.lr: ...")
                 loc, msg = _located(msg)
             problems.append((loc, msg))
-        # a union (a value or a list of values) fails once per branch: keep the deepest, most precise
-        locs = [loc for loc, _ in problems]
-        problems = [
-            (loc, m) for loc, m in problems if not any(o[: len(loc)] == loc and len(o) > len(loc) for o in locs)
-        ]
-        problems = [(loc, m) for i, (loc, m) in enumerate(problems) if loc not in [q for q, _ in problems[:i]]]
     if config is not None:
         problems.extend(_check_space(config))
         if require_space and not config.space:
             problems.append((("space",), "the search space is empty: add at least one parameter to search"))
     if problems:
-        located = [f"{p}:{_nearest_line(lines, loc) or '?'}: {_format_loc(loc)}: {msg}" for loc, msg in problems]
+        located = [f"{p}:{_nearest_line(lines, loc) or '?'}: {format_field(loc)}: {msg}" for loc, msg in problems]
         if len(located) == 1:
             raise ConfigError(located[0])
         body = "\n".join(f"  {line}" for line in located)

@@ -14,7 +14,7 @@ import contextlib
 import errno
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -76,3 +76,24 @@ def quiet_output(log_path: Path, *, verbose: bool) -> Iterator[Path | None]:
 
 
 __all__ = ["console", "notify", "quiet_output"]
+
+
+@contextlib.contextmanager
+def progress_bar(description: str) -> Iterator[Callable[..., None]]:
+    """A progress bar on the console; yields ``update(done, total, description=None)``.
+
+    On a terminal it redraws in place; in a log or a pipe rich draws it once, when it ends.
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console()
+    ) as bar:
+        task = bar.add_task(description, total=None)
+
+        def update(done: int, total: int, description: str | None = None) -> None:
+            if description:
+                bar.update(task, description=description)
+            bar.update(task, completed=done, total=total)
+
+        yield update

@@ -12,6 +12,7 @@ the file, the field and what was expected.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -87,22 +88,53 @@ def read_json(path: str | Path, *, error: type[DistmisError], what: str = "JSON"
     return data
 
 
+def finite_or_none(value: Any) -> float | None:
+    """A number read from a record (CSV cell, tag, JSON value), or ``None`` where it is missing,
+    not a number, NaN or infinite: a reader of results skips such a value rather than failing."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def validation_problems(exc: ValidationError) -> list[tuple[tuple[Any, ...], str]]:
+    """Each problem of a pydantic error as (field path, what was expected and what was given).
+
+    One rule for every document distmis reads, so that a configuration, a manifest and a model
+    record word the same mistake the same way. A union (a value or a list of values) fails once
+    per branch; only the deepest, most precise of those is kept.
+    """
+    problems: list[tuple[tuple[Any, ...], str]] = []
+    for err in exc.errors():
+        # pydantic inserts union members ('tuple[int, int, int]') and validator kinds into locations
+        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and ("[" in p or p.startswith("function-"))))
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        elif err["type"] == "missing":
+            msg = "required, but missing"
+        elif "input" in err and not isinstance(err["input"], dict):
+            shown = repr(err["input"])
+            msg = f"{msg} (got {shown[:80]}{'...' if len(shown) > 80 else ''})"
+        problems.append((loc, msg))
+    locs = [loc for loc, _ in problems]
+    deepest = [(loc, m) for loc, m in problems if not any(o[: len(loc)] == loc and len(o) > len(loc) for o in locs)]
+    return [(loc, m) for i, (loc, m) in enumerate(deepest) if loc not in [q for q, _ in deepest[:i]]]
+
+
+def format_field(loc: tuple[Any, ...]) -> str:
+    """A field path as a user writes it: ``train.patch.0``; the whole document is ``<top level>``."""
+    return ".".join(str(p) for p in loc) or "<top level>"
+
+
 def describe_validation_error(exc: ValidationError) -> str:
     """``field.path: what was expected (got X)`` for the first problem, plus how many more."""
-    errors = exc.errors()
-    first = errors[0]
-    loc = ".".join(str(p) for p in first["loc"] if not (isinstance(p, str) and ("[" in p or p.startswith("function-"))))
-    msg = first["msg"].removeprefix("Value error, ")
-    got = first.get("input")
-    if first["type"] == "missing":
-        text = f"missing field {loc!r}"
-    elif first["type"] == "extra_forbidden":
-        text = f"{loc}: unknown field"
-    else:
-        shown = repr(got)
-        text = f"{loc or '<top level>'}: {msg} (got {shown[:80]}{'...' if len(shown) > 80 else ''})"
-    if len(errors) > 1:
-        text += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
+    problems = validation_problems(exc)
+    loc, msg = problems[0]
+    text = f"{format_field(loc)}: {msg}"
+    if len(problems) > 1:
+        text += f" (and {len(problems) - 1} more problem{'s' if len(problems) > 2 else ''})"
     return text
 
 

@@ -6,7 +6,7 @@ Researchers' raw scans are irreplaceable, so every output goes through this modu
   target (same filesystem) and renamed into place; on any error, Ctrl-C included, the
   temporary is removed. An existing directory is *exchanged* with the new one in a single
   ``renameat2(RENAME_EXCHANGE)`` where the kernel offers it, so there is no instant at which
-  neither exists (a crash between "remove old" and "rename new" used to leave no ``best/``).
+  neither exists (a crash between "remove old" and "rename new" would leave no ``best/``).
 * **Only over our own outputs.** Every output directory carries a small marker file
   (:data:`MARKER`) recording which command wrote it; single-file outputs carry the same
   signature inside the file (PNG/GIF text, NIfTI ``descrip``). ``--overwrite`` replaces a

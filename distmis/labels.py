@@ -3,8 +3,8 @@
 MSD Task01 (BraTS) labels are 1 edema, 2 non-enhancing tumour, 3 enhancing tumour, but results
 are reported per *region*: whole tumour WT = {1, 2, 3}, tumour core TC = {2, 3}, enhancing
 tumour ET = {3}. nnU-Net trains BraTS region-based (one sigmoid output per overlapping
-region) and every paper reports Dice and HD95 per region; the prototype merged everything
-into one mask. Three label modes:
+region) and every paper reports Dice and HD95 per region, which one merged mask cannot
+give. Three label modes:
 
 * ``binary``: one sigmoid channel, any label > 0;
 * ``multiclass``: one softmax channel per label value (0 .. max);

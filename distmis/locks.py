@@ -1,6 +1,6 @@
 """One owner per output directory: an exclusive OS lock for as long as a command writes there.
 
-Two ``distmis tune`` on the same ``--out``, started together, used to both run and share one
+Two ``distmis tune`` on the same ``--out``, started together, would both run and share one
 MLflow parent run. Every command that writes an output directory (``tune``, ``compare``,
 ``finalize``, ``prepare``, ``evaluate``) holds an exclusive ``fcntl.flock`` on a lock file for as
 long as it runs; a second one gets one error naming the holder (its PID, host and start time).

@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from distmis.config import ExperimentConfig, apply_params, resolve_param_name
 from distmis.exceptions import ConfigError, DistmisError
 from distmis.metrics import SEARCH_METRICS, better_direction
+from distmis.schema import RunFile
 from distmis.space import candidates, condition_holds, condition_problems, grid_problems, ordered_params
 
 #: corner combinations checked exhaustively up to this many (then parameter by parameter)
@@ -123,7 +124,7 @@ def data_facts(config: ExperimentConfig, base_dir: Path) -> DataFacts:
     Raises:
         DataError: the source does not exist or is malformed (naming the file).
     """
-    from distmis.data import MANIFEST, load_manifest, read_dataset_json, split_cases
+    from distmis.data import load_manifest, read_dataset_json, split_cases
     from distmis.exceptions import DataError
 
     data = config.data
@@ -150,14 +151,14 @@ def data_facts(config: ExperimentConfig, base_dir: Path) -> DataFacts:
     src = Path(data.source).expanduser()
     if not src.is_absolute():
         src = (base_dir / src).resolve()
-    if (src / MANIFEST).is_file():
+    if (src / RunFile.PREPARED_INFO).is_file():
         manifest = load_manifest(src)
         return DataFacts(
             str(src),
             manifest.shape,
             manifest.num_cases("train"),
             manifest.num_cases("val"),
-            f"{src / MANIFEST}",
+            f"{src / RunFile.PREPARED_INFO}",
             labels=manifest.labels,
             label_mode=manifest.label_mode,
             num_classes=manifest.num_classes,
@@ -174,7 +175,7 @@ def data_facts(config: ExperimentConfig, base_dir: Path) -> DataFacts:
             "data.prepare.shape",
             **labelling(dataset.labels),
         )
-    raise DataError(f"data.source: {src} holds neither dataset.json (MSD) nor {MANIFEST} (prepared)")
+    raise DataError(f"data.source: {src} holds neither dataset.json (MSD) nor {RunFile.PREPARED_INFO} (prepared)")
 
 
 def _sampled(config: ExperimentConfig, field: str) -> list[Any]:

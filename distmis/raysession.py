@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import os
 import secrets
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from distmis.exceptions import ClusterError
+from distmis.raycompat import local_monitor_processes, local_system_config, refresh_auth_settings, without_api_server
 from distmis.waits import WaitExpired, call_within
 
 
@@ -40,21 +41,8 @@ def use_private_token(address: str | None) -> None:
     os.environ["RAY_AUTH_MODE"] = "token"
     os.environ["RAY_AUTH_TOKEN_PATH"] = str(token)
     atexit.register(shutil.rmtree, directory, True)
-    if "ray._raylet" in sys.modules:
-        # Ray read its auth settings when it was imported: refresh them, as Ray's own
-        # token set-up does (ray._private.authentication.authentication_token_setup).
-        from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
+    refresh_auth_settings()  # Ray may have read the shared token's settings at its import
 
-        Config.initialize("")
-        AuthenticationTokenLoader.instance().reset_cache()
-
-
-#: Ray settings for a local Ray that distmis starts (not for a cluster it joins).
-#: ``prestart_worker_first_driver`` off: by default the raylet starts one idle worker per CPU
-#: when the first driver connects and ``ray.init`` waits for them,
-#: although a search's first trial needs a worker only once Tune has started, and starts one
-#: itself then (``benchmarks/tune_overhead.py`` measures the start-up).
-LOCAL_RAY_SYSTEM_CONFIG: dict[str, Any] = {"prestart_worker_first_driver": False}
 
 #: how long distmis waits for an existing Ray cluster to answer before it says so (seconds); a
 #: stale RAY_ADDRESS otherwise left ``distmis tune`` waiting for minutes with only Ray's own
@@ -90,63 +78,68 @@ def init_ray(
     if address:
         _connect(address, source, runtime_env)
     else:
-        with contextlib.nullcontext() if include_dashboard else _without_api_server():
+        with contextlib.nullcontext() if include_dashboard else without_api_server():
             ray.init(
                 num_cpus=num_cpus,
                 resources=resources,
                 runtime_env=runtime_env,
                 logging_level="warning",
                 include_dashboard=include_dashboard,
-                _system_config=LOCAL_RAY_SYSTEM_CONFIG,
+                _system_config=local_system_config(),
             )
     return ray.cluster_resources()
 
 
+class RaySession:
+    """The Ray a command runs on: its resources, and its end (see :func:`ray_session`)."""
+
+    def __init__(self, resources: dict[str, float], *, connected_here: bool) -> None:
+        self.resources = resources
+        self._connected_here = connected_here
+
+    def close(self) -> None:
+        """Disconnect, stopping a local Ray this session started; a second call does nothing.
+
+        A search calls it as soon as its trials end, while Ray's output still goes to the
+        search's log: Ray forwards the workers' last lines until this process disconnects.
+        """
+        import ray
+
+        if self._connected_here and ray.is_initialized():
+            shutdown_ray()
+        self._connected_here = False
+
+
 @contextlib.contextmanager
-def _without_api_server() -> Iterator[None]:
-    """A local Ray started inside the block has no head API server (Ray's dashboard process).
+def ray_session(
+    address: str | None, *, env_vars: dict[str, str] | None = None, num_cpus: int | None = None
+) -> Iterator[RaySession]:
+    """A private local Ray, or the cluster at ``address`` / ``RAY_ADDRESS``; yields the session.
 
-    Why: with ``include_dashboard=False`` Ray 2.60 still starts the dashboard's head process, with
-    its usage-statistics module alone, and ``ray.init`` waits for it to publish its URL before it
-    starts the raylet: 0.9 s of a 2.5 s start here, with a second core busy meanwhile, before
-    every search, ``predict`` and ``compare``. Nothing uses it on a Ray that distmis starts for
-    itself: its token is private to the command, and distmis calls neither the job nor the state
-    API (``ray status``, which asks the GCS, still works). Ray has no switch for it, so Ray's
-    ``Node.start_api_server`` is a no-op for the duration of the block and restored after it;
-    where it is not found (another Ray version), Ray starts as usual. A test pins the method's
-    place and that no dashboard process is started.
+    Disconnects at the end when this call connected (a caller's own session is left alone); a
+    local Ray it started stops with it.
     """
-    try:
-        from ray._private.node import Node
-    except ImportError:  # pragma: no cover - another Ray layout: start as usual
-        yield
-        return
-    original = Node.__dict__.get("start_api_server")
-    if original is None:  # pragma: no cover - another Ray version: start as usual
-        yield
-        return
+    use_private_token(address)  # before Ray is imported anywhere in this process
+    import ray
 
-    def skip(self: Any, **_: Any) -> None:
-        return None
-
-    Node.start_api_server = skip  # type: ignore[method-assign]
+    connected_here = not ray.is_initialized()
+    session = RaySession(init_ray(address, env_vars=env_vars, num_cpus=num_cpus), connected_here=connected_here)
     try:
-        yield
+        yield session
     finally:
-        Node.start_api_server = original  # type: ignore[method-assign]
+        session.close()
 
 
 def shutdown_ray() -> None:
     """Disconnect from Ray; a local Ray this process started stops with it.
 
-    Why not ``ray.shutdown()`` alone: Ray 2.60 stops a local Ray's processes one kind at a time,
-    the GCS before the autoscaler monitor, and gives each 1 s to exit on SIGTERM. The monitor's
-    SIGTERM handler reports its end to the GCS, which is gone by then, so it is killed only when
-    that second is up: 1.0 of the 1.1 s ``ray.shutdown()`` took here, at the end of every
-    command. A private local Ray has no autoscaler that anything waits on, so its monitor is
-    killed first (its handler, which would tell the still-connected driver that "the
-    autoscaler failed", never runs). Ray's process table is read defensively: where it is not
-    found (another Ray version), this is ``ray.shutdown()``.
+    Its autoscaler monitor is killed first (see :func:`~distmis.raycompat.local_monitor_processes`):
+    otherwise Ray's shutdown waits a second for it at the end of every command.
+
+    The garbage collector is off while Ray shuts down: Ray marks the driver disconnected before
+    it shuts its core worker down, and an ObjectRef freed in between (one in a garbage cycle, as
+    a killed trial's error leaves them) makes Ray quick-exit the process with status 1, a
+    finished search without its summary. Once the core worker is gone, freeing one is harmless.
     """
     import ray
 
@@ -154,19 +147,13 @@ def shutdown_ray() -> None:
         process.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=1.0)
-    ray.shutdown()
-
-
-def local_monitor_processes() -> list[subprocess.Popen[bytes]]:
-    """The running autoscaler monitor of the local Ray this process started (none when it joined a cluster)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
     try:
-        from ray._private import ray_constants, worker
-
-        table = worker._global_node.all_processes  # type: ignore[union-attr]  # None: no local Ray
-        infos = table.get(ray_constants.PROCESS_TYPE_MONITOR, [])
-        return [info.process for info in infos if info.process.poll() is None]
-    except (AttributeError, ImportError):
-        return []
+        ray.shutdown()
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _failure(address: str, source: str, start: float) -> Any:

@@ -9,6 +9,7 @@ import html
 from pathlib import Path
 
 from distmis.files import write_text_atomic
+from distmis.schema import RunFile
 
 _STYLE = (
     "body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse;font-size:13px}"
@@ -36,7 +37,7 @@ def write_report(
     md += ["| " + " | ".join(r) + " |" for r in rows]
     md += ["", *[f"- {n}" for n in notes], ""]
     md += [f"![{p.stem}]({_relative(p, out)})" for p in plots]
-    md_path = out / "report.md"
+    md_path = out / RunFile.REPORT
     write_text_atomic(md_path, "\n".join(md) + "\n")
 
     esc = html.escape

@@ -20,6 +20,7 @@ from distmis.exceptions import ConfigError
 
 if TYPE_CHECKING:
     import optuna
+    from optuna.distributions import BaseDistribution
 
 #: a problem found in a space: (YAML path, message)
 Problem = tuple[tuple[Any, ...], str]
@@ -300,6 +301,25 @@ def decode_params(space: Space, params: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def optuna_distribution(spec: ParamSpec) -> BaseDistribution:
+    """A parameter as Optuna's distribution: the one translation of the space to Optuna.
+
+    ``randint``'s upper bound is exclusive, as in Ray Tune, where Optuna's is inclusive; a choice
+    of lists or mappings is a choice of their JSON text, the only form Optuna's storage keeps.
+    """
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    if spec.loguniform is not None:
+        return FloatDistribution(*spec.loguniform, log=True)
+    if spec.uniform is not None:
+        return FloatDistribution(*spec.uniform)
+    if spec.randint is not None:
+        return IntDistribution(spec.randint[0], spec.randint[1] - 1)
+    if needs_encoding(spec):
+        return CategoricalDistribution([json.dumps(c) for c in spec.choice or []])
+    return CategoricalDistribution(list(spec.choice or []))
+
+
 class DefineByRun:
     """An Optuna define-by-run function sampling ``space`` (conditions respected).
 
@@ -318,25 +338,24 @@ class DefineByRun:
         persists only None/bool/int/float/str choices, so those are suggested as their JSON
         text and handed back decoded (the searcher merges them over the suggested values).
         """
+        from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
         values: dict[str, Any] = {}
         decoded: dict[str, Any] = {}
         for name in self.order:
             spec = self.space[name]
             if not condition_holds(spec, values):
                 continue
-            if spec.loguniform is not None:
-                values[name] = trial.suggest_float(name, *spec.loguniform, log=True)
-            elif spec.uniform is not None:
-                values[name] = trial.suggest_float(name, *spec.uniform)
-            elif spec.randint is not None:
-                values[name] = trial.suggest_int(
-                    name, spec.randint[0], spec.randint[1] - 1
-                )  # high exclusive, like Tune
-            elif needs_encoding(spec):
-                text = trial.suggest_categorical(name, [json.dumps(c) for c in spec.choice or []])
-                values[name] = decoded[name] = json.loads(text)
+            dist = optuna_distribution(spec)
+            if isinstance(dist, FloatDistribution):
+                values[name] = trial.suggest_float(name, dist.low, dist.high, log=dist.log)
+            elif isinstance(dist, IntDistribution):
+                values[name] = trial.suggest_int(name, dist.low, dist.high)
             else:
-                values[name] = trial.suggest_categorical(name, list(spec.choice or []))
+                assert isinstance(dist, CategoricalDistribution)
+                values[name] = trial.suggest_categorical(name, dist.choices)
+                if needs_encoding(spec):
+                    values[name] = decoded[name] = json.loads(str(values[name]))
         return decoded or None
 
     def encoded(self, point: dict[str, Any]) -> dict[str, Any]:
@@ -365,6 +384,7 @@ __all__ = [
     "grid_problems",
     "grid_size_bound",
     "needs_encoding",
+    "optuna_distribution",
     "ordered_params",
     "param_values",
     "point_problems",

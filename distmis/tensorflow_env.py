@@ -8,10 +8,8 @@ value the user set wins: each is only a default.
 * ``TF_ENABLE_ONEDNN_OPTS=1`` turns on TensorFlow's oneDNN CPU kernels. TensorFlow enables them
   by itself only on CPUs with AVX-512 VNNI/BF16 or AMX; on the others (AVX2 laptops and older
   cluster nodes) Conv3D runs on TensorFlow's generic kernels, whose weight gradient builds an
-  im2col buffer 27 times its input. Measured on a 2-core AVX2 host (``benchmarks/remat.py``):
-  one 96^3 x 16-channel Conv3D weight gradient adds 0.08 GiB instead of 1.49 GiB and runs
-  about 5x faster; a 3D U-Net training step is 2.7x faster at 32^3 and 3.5-4x at 96^3, with a
-  third of the host memory. GPU kernels are not affected.
+  im2col buffer 27 times its input, so oneDNN's kernels are both faster and far smaller in
+  memory there (``benchmarks/remat.py`` measures both). GPU kernels are not affected.
 """
 
 from __future__ import annotations
@@ -90,7 +88,7 @@ def _without(names: Sequence[str]) -> Iterator[None]:
     """``names`` cannot be imported by this thread inside the block (unless already imported); afterwards they can.
 
     Why: Keras imports scikit-learn (with SciPy) and ``matplotlib.pyplot`` as TensorFlow loads.
-    Measured on a 2-core host: ``import tensorflow`` took 6.0 s with them and 2.5 s without, and
+    Those imports more than double TensorFlow's import time (``benchmarks/tune_overhead.py``), and
     every trial process, worker actor and ``predict`` process pays that import once. Keras's
     guards then leave those optional features off; a later ``import matplotlib`` (distmis's
     plots) works as usual, since the finder is removed when the block ends.

@@ -27,7 +27,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from browser import Browser, find_chromium
+from _support.browser import Browser, find_chromium
 
 EXPAND_PARENT_ROWS = (
     """[...document.querySelectorAll('button[data-component-id*="runnamecellrenderer"]')].forEach(b => b.click());"""
@@ -35,7 +35,7 @@ EXPAND_PARENT_ROWS = (
 
 
 def screenshot(url: str, png: Path, size: str = "1400,900", expand_runs: bool = False) -> None:
-    """``url`` in a headless chromium (tests/browser.py drives it over the DevTools protocol)."""
+    """``url`` in a headless chromium (tests/_support/browser.py drives it over the DevTools protocol)."""
     exe = find_chromium()
     if exe is None:
         sys.exit("screenshots: no chromium/chrome on PATH (apt-get install chromium)")

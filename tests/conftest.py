@@ -55,10 +55,11 @@ def msd16(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def prepared16(msd16: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``msd16`` prepared: split 8/2/2, binary labels, 2 shards per split."""
+    from distmis.config import PrepareConfig
     from distmis.data import prepare_dataset
 
     out = tmp_path_factory.mktemp("prep") / "prepared16"
-    prepare_dataset(msd16, out, shape=(16, 16, 16), split=(0.7, 0.15, 0.15), seed=0, workers=2)
+    prepare_dataset(msd16, out, PrepareConfig(shape=(16, 16, 16), split=(0.7, 0.15, 0.15), seed=0), workers=2)
     return out
 
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from raycluster import free_port
+from _support.raycluster import free_port
 
 from distmis.cli import main
 

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from smalldisk import small_disk
+from _support.smalldisk import small_disk
 
 COMMANDS = {
     # a gzip stream's write fails without a file name: the error must still name the output

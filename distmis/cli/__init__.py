@@ -119,9 +119,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def entrypoint() -> None:
     """The ``distmis`` command: :func:`main`, then an exit that skips the interpreter's teardown.
 
-    Why: after a search, Python's own teardown (freeing Ray's, MLflow's, pandas's and
-    matplotlib's modules one object at a time) took 1.1 s on 2 cores, after everything was
-    written and every exit handler had run. The handler registered here is the first, so it
+    Why: once everything is written and every exit handler has run, Python's own teardown
+    frees Ray's, MLflow's, pandas's and matplotlib's modules one object at a time, which the
+    user waits for and nothing needs; and a patch read still in flight in a tf.data thread
+    could hang it (see ``distmis.data.make_dataset``). The handler registered here is the first, so it
     runs last: Ray has stopped, the private token is removed, logs are flushed, non-daemon
     threads have ended (Python joins them before any exit handler); then the process ends with
     :func:`main`'s code. A call that raises is left to Python's usual exit.

@@ -1,10 +1,9 @@
-"""Small helpers shared by subcommands: option types that name what they expect, progress bars."""
+"""Small helpers shared by subcommands: option types that name what they expect."""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 
 def shape3(text: str) -> tuple[int, int, int]:
@@ -192,19 +191,3 @@ def add_renamed_option(
 
     parser.add_argument(new, type=type, default=None, dest=dest, help=help)
     parser.add_argument(old, type=type, dest=dest, action=Renamed, help=argparse.SUPPRESS)
-
-
-@contextlib.contextmanager
-def progress(description: str) -> Iterator[Callable[[int, int], None]]:
-    """A rich progress bar; yields ``update(done, total)``."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=False
-    ) as bar:
-        task = bar.add_task(description, total=None)
-
-        def update(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
-
-        yield update

@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from distmis.cli._common import progress
+    from distmis.console import progress_bar as progress
     from distmis.inference import METRICS, evaluate
 
     data = args.data

@@ -10,6 +10,7 @@ distmis evaluate RUN/final --split test gives the one honest test score."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from distmis.cli._common import nonnegative_int, positive_int
 
@@ -48,25 +49,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from distmis import exitcodes
-    from distmis.finalize import run_finalize
+    from distmis.finalize import FinalizeOptions, run_finalize
     from distmis.tuning import stop_on_walltime_warning
 
     stop_on_walltime_warning()
-    result = run_finalize(
-        args.run,
+    options = FinalizeOptions(
+        run=Path(args.run),
         top=args.top,
         folds=args.folds,
         seed=args.seed,
-        out=args.out,
+        out=Path(args.out) if args.out else None,
         resume=args.resume,
         overwrite=args.overwrite,
-        address=args.address,
-        tracking_uri=args.tracking_uri,
         # None: not given (the default, or on --resume the recorded finalize's choice)
         tta=False if args.no_tta else None,
         pairs=False if args.no_pairs else None,
         postprocess=False if args.no_postprocess else None,
-        verbose=1 if args.verbose else 0,
+    )
+    result = run_finalize(
+        options, address=args.address, tracking_uri=args.tracking_uri, verbose=1 if args.verbose else 0
     )
     if result.interrupted:
         return exitcodes.INTERRUPTED

@@ -29,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from distmis.cli._common import progress
+    from distmis.console import progress_bar as progress
     from distmis.data import INIT_HEADER as HEADER
     from distmis.data import fingerprint, plan_search, read_dataset_json, relative_source
     from distmis.exceptions import ConfigError, OutputError

@@ -29,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from distmis.cli._common import progress
+    from distmis.console import progress_bar as progress
     from distmis.data import fingerprint, overview_png
     from distmis.files import atomic_directory, check_output, check_replaceable, write_json_atomic
 

@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _write_segmentations(args: argparse.Namespace, options: PredictOptions, out: Path, jobs: list[CaseJob]) -> int:
     """Predict every job into ``out`` (marked as distmis's first); the exit code (1 if a case failed)."""
-    from distmis.cli._common import progress
+    from distmis.console import progress_bar as progress
     from distmis.inference import predict_cases
 
     created = _claim(out, jobs)

@@ -16,23 +16,41 @@ from distmis.cli._common import (
     nonnegative_int,
     normalization_option,
     positive_int,
-    progress,
     regions_option,
     shape3,
 )
+from distmis.config import PrepareConfig
+from distmis.console import progress_bar as progress
 from distmis.exitcodes import KEYBOARD_INTERRUPT
+
+#: the options that are ``data.prepare``'s fields (the others say where and how to run)
+_OPTION_FIELDS = ("shape", "resize", "label_mode", "split", "seed", "normalization")
+
+
+def _default(field: str, sep: str | None = None) -> str:
+    """A ``data.prepare`` default as the option is written."""
+    value = PrepareConfig.model_fields[field].default
+    return sep.join(str(v) for v in value) if sep else str(value)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("src", help="MSD dataset directory (holding dataset.json)")
     p.add_argument("out", help="output directory for the prepared dataset")
-    p.add_argument("--shape", type=shape3, default=(32, 32, 32), help="output volume shape X,Y,Z (default 32,32,32)")
-    p.add_argument("--resize", choices=["crop_pad", "resample"], default="crop_pad", help="how to reach --shape")
+    p.add_argument(
+        "--shape", type=shape3, default=None, help=f"output volume shape X,Y,Z (default {_default('shape', ',')})"
+    )
+    p.add_argument(
+        "--resize",
+        choices=["crop_pad", "resample"],
+        default=None,
+        help=f"how to reach --shape (default {_default('resize')})",
+    )
     p.add_argument(
         "--label-mode",
         choices=["binary", "multiclass", "regions"],
-        default="binary",
-        help="binary (any label > 0), multiclass (one class per label value) or regions (one per --regions)",
+        default=None,
+        help="binary (any label > 0), multiclass (one class per label value) or regions (one per --regions); "
+        f"default {_default('label_mode')}",
     )
     p.add_argument(
         "--regions",
@@ -40,15 +58,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="regions to train (--label-mode regions) or report: msd_task01 (WT, TC, ET) or 'WT=1,2,3;TC=2,3;ET=3'",
     )
-    p.add_argument("--split", type=fractions3, default=(0.7, 0.15, 0.15), help="train,val,test fractions")
+    p.add_argument(
+        "--split", type=fractions3, default=None, help=f"train,val,test fractions (default {_default('split', ',')})"
+    )
     # every case is its own file now; the option stays so that older scripts still run
     p.add_argument("--shards", type=positive_int, default=4, help=argparse.SUPPRESS)
-    p.add_argument("--seed", type=nonnegative_int, default=0, help="split seed")
+    p.add_argument("--seed", type=nonnegative_int, default=None, help=f"split seed (default {_default('seed')})")
     add_renamed_option(p, "--workers", "--processes", type=positive_int, help="parallel processes (default: all cores)")
     p.add_argument(
         "--normalization",
         type=normalization_option,
-        default="auto",
+        default=None,
         help="per channel: auto (default: CT clipped to the training foreground's 0.5-99.5 percentiles and "
         "z-scored with its mean and std, every other modality z-scored per case), zscore, ct or none; "
         "one for all channels or a comma-separated list, one per channel",
@@ -81,21 +101,32 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def prepare_options(args: argparse.Namespace) -> PrepareConfig:
+    """``data.prepare`` from the options given: the search file's model validates them, and its
+    defaults fill the others, so the command line and the file cannot disagree."""
+    from pydantic import ValidationError
+
+    from distmis.documents import validation_problems
+    from distmis.exceptions import ConfigError
+
+    given = {name: getattr(args, name) for name in _OPTION_FIELDS if getattr(args, name) is not None}
+    try:
+        return PrepareConfig(**given)
+    except ValidationError as exc:
+        loc, msg = validation_problems(exc)[0]
+        raise ConfigError(f"--{str(loc[0]).replace('_', '-') if loc else 'prepare'}: {msg}") from None
+
+
 def _prepare(args: argparse.Namespace, update: Any) -> dict[str, Any]:
     from distmis.data import prepare_dataset
 
     return prepare_dataset(
         args.src,
         args.out,
-        shape=args.shape,
-        resize=args.resize,
-        label_mode=args.label_mode,
-        split=args.split,
-        resume=args.resume,
-        seed=args.seed,
+        prepare_options(args),
+        regions=args.regions,
         workers=args.processes,
         overwrite=args.overwrite,
+        resume=args.resume,
         progress=update,
-        regions=args.regions,
-        normalization=args.normalization,
     )

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from distmis.cli._common import at_least_two, nonnegative_int, positive_int, progress, shape3
+from distmis.cli._common import at_least_two, nonnegative_int, positive_int, shape3
+from distmis.console import progress_bar as progress
 from distmis.exceptions import DataError
 
 

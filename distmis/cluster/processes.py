@@ -17,8 +17,7 @@ from pathlib import Path
 #: Ray 2.60's ``--block`` answers SIGTERM by draining its node first, for up to
 #: ``RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S`` (default 30 s), so that Ray Serve replicas can stop
 #: taking traffic; a head node never finishes draining, so every SLURM job's end waited out
-#: :func:`stop_process_group`'s 20 s grace and then SIGKILLed its head (measured: a job's
-#: command done at 11:10:13, the job ended at 11:10:35). distmis runs no Serve and stops Ray
+#: :func:`stop_process_group`'s grace and then SIGKILLed its head. distmis runs no Serve and stops Ray
 #: only once its search has ended or saved its state, so the drain is off unless the user set it.
 RAY_START_DEFAULTS: dict[str, str] = {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
 

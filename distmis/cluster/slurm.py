@@ -16,7 +16,7 @@ too, and SIGUSR1 kills them); the head watches for it and sends ``SIGUSR1`` to C
 to the head's bootstrap directly does the same. A requeued job (``SLURM_RESTART_COUNT`` > 0) ignores every file the previous
 run left: each is tagged with the restart it belongs to.
 
-What the prototype's script got wrong and this does not: no fixed port and no port drawn by
+What the job script must get right: no fixed port and no port drawn by
 chance (see :mod:`distmis.cluster.ports`), no ``sleep`` as synchronisation (every wait is a
 bounded poll that names the node, address and port it waited for), a short node-local temp
 dir (AF_UNIX paths are limited to 107 bytes), a token per job instead of ``~/.ray/auth_token``,

@@ -1,4 +1,4 @@
-"""What was measured in one mode of a comparison, read from its search directory or from MLflow.
+"""What one mode of a comparison did, read from its search directory or from MLflow.
 
 Both readers produce the same records, so ``distmis compare`` (files) and the notebook
 (MLflow only) compute the same figures with the same code.
@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from distmis.documents import finite_or_none
 from distmis.metrics import VAL_DICE
+from distmis.schema import RunFile, Tag
 
 
 @dataclass
@@ -74,22 +75,14 @@ class ModeRecord:
         return "strong" if self.steps_per_epoch is None else "weak"
 
 
-def _float(value: Any) -> float | None:
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
-
-
 def _epochs_from_csv(path: Path, metric: str) -> list[EpochPoint]:
     if not path.is_file():
         return []
     points = []
     with open(path, newline="") as fh:
         for row in csv.DictReader(fh):
-            t, v = _float(row.get("finished_at")), _float(row.get(metric))
-            sps, secs = _float(row.get("samples_per_second")), _float(row.get("train_seconds"))
+            t, v = finite_or_none(row.get("finished_at")), finite_or_none(row.get(metric))
+            sps, secs = finite_or_none(row.get("samples_per_second")), finite_or_none(row.get("train_seconds"))
             if t is None or v is None:
                 continue
             points.append(EpochPoint(t, v, (sps or 0.0) * (secs or 0.0)))
@@ -98,8 +91,8 @@ def _epochs_from_csv(path: Path, metric: str) -> list[EpochPoint]:
 
 def load_mode_dir(name: str, search_dir: Path) -> ModeRecord:
     """A finished search directory (summary.json, search.yaml, trials/<id>/metrics.csv)."""
-    summary = json.loads((search_dir / "summary.json").read_text(encoding="utf-8"))
-    config = yaml.safe_load((search_dir / "search.yaml").read_text(encoding="utf-8"))
+    summary = json.loads((search_dir / RunFile.SUMMARY).read_text(encoding="utf-8"))
+    config = yaml.safe_load((search_dir / RunFile.SEARCH_FILE).read_text(encoding="utf-8"))
     par, train = config.get("parallelism", {}), config.get("train", {})
     metric = summary["metric"]
     trials = [
@@ -112,10 +105,12 @@ def load_mode_dir(name: str, search_dir: Path) -> ModeRecord:
             finished=t.get("finished_at"),
             # only the epochs the search saw: a data-parallel trial's workers may finish the epoch in
             # flight after the scheduler stopped the trial; Tune (and MLflow) never get that result
-            epochs=_epochs_from_csv(search_dir / "trials" / t["trial_id"] / "metrics.csv", metric)[: int(t["epochs"])],
-            group_startup=_float(t.get("group_startup_seconds")),
+            epochs=_epochs_from_csv(search_dir / RunFile.TRIALS_DIR / t["trial_id"] / RunFile.METRICS, metric)[
+                : int(t["epochs"])
+            ],
+            group_startup=finite_or_none(t.get("group_startup_seconds")),
             warm=t.get("warm"),
-            overhead=_float(t.get("overhead_seconds")),
+            overhead=finite_or_none(t.get("overhead_seconds")),
             slot=None if t.get("pid") is None else str(t["pid"]),
         )
         for t in summary.get("trials_detail", [])
@@ -172,7 +167,7 @@ def load_modes_from_mlflow(client: Any, compare_run_id: str) -> dict[str, ModeRe
     exp = compare.info.experiment_id
     modes: dict[str, ModeRecord] = {}
     for run in client.search_runs([exp], f"tags.`mlflow.parentRunId` = '{compare_run_id}'"):
-        name = run.data.tags.get("distmis.compare_mode")
+        name = run.data.tags.get(Tag.COMPARE_MODE)
         if not name:
             continue
         p, m = run.data.params, run.data.metrics
@@ -180,7 +175,7 @@ def load_modes_from_mlflow(client: Any, compare_run_id: str) -> dict[str, ModeRe
         first_params: dict[str, str] = {}
         for child in client.search_runs([exp], f"tags.`mlflow.parentRunId` = '{run.info.run_id}'"):
             tags = child.data.tags
-            if "distmis.trial_id" not in tags:
+            if Tag.TRIAL_ID not in tags:
                 continue
             first_params = first_params or child.data.params
             values = _history(client, child.info.run_id, p.get("search.metric", VAL_DICE))
@@ -190,7 +185,7 @@ def load_modes_from_mlflow(client: Any, compare_run_id: str) -> dict[str, ModeRe
                 EpochPoint(t, v, sps.get(step, (0, 0))[1] * secs.get(step, (0, 0))[1])
                 for step, (t, v) in sorted(values.items())
             ]
-            searched = [s.strip() for s in tags.get("distmis.searched", "").split(",") if s.strip()]
+            searched = [s.strip() for s in tags.get(Tag.SEARCHED, "").split(",") if s.strip()]
             params = {}
             for s in searched:
                 try:
@@ -199,24 +194,24 @@ def load_modes_from_mlflow(client: Any, compare_run_id: str) -> dict[str, ModeRe
                     continue
             trials.append(
                 TrialRecord(
-                    trial_id=tags["distmis.trial_id"],
+                    trial_id=tags[Tag.TRIAL_ID],
                     params=params,
-                    status=tags.get("distmis.status", "?"),
-                    stopped_early=tags.get("distmis.stopped_early") == "true",
-                    started=_float(tags.get("distmis.started_at")),
-                    finished=_float(tags.get("distmis.finished_at")),
+                    status=tags.get(Tag.STATUS, "?"),
+                    stopped_early=tags.get(Tag.STOPPED_EARLY) == "true",
+                    started=finite_or_none(tags.get(Tag.STARTED_AT)),
+                    finished=finite_or_none(tags.get(Tag.FINISHED_AT)),
                     epochs=epochs,
-                    group_startup=_float(tags.get("distmis.group_startup_seconds")),
-                    warm=None if "distmis.warm" not in tags else tags["distmis.warm"] == "true",
-                    overhead=_float(tags.get("distmis.overhead_seconds")),
-                    slot=tags.get("distmis.slot"),
+                    group_startup=finite_or_none(tags.get(Tag.GROUP_STARTUP_SECONDS)),
+                    warm=None if Tag.WARM not in tags else tags[Tag.WARM] == "true",
+                    overhead=finite_or_none(tags.get(Tag.OVERHEAD_SECONDS)),
+                    slot=tags.get(Tag.SLOT),
                 )
             )
         steps = first_params.get("train.steps_per_epoch")
         modes[name] = ModeRecord(
             name=name,
             workers_per_trial=int(p.get("parallelism.workers_per_trial", 1)),
-            concurrent_trials=int(_float(p.get("search.max_concurrent_trials")) or 1),
+            concurrent_trials=int(finite_or_none(p.get("search.max_concurrent_trials")) or 1),
             cpus_per_worker=float(p.get("parallelism.cpus_per_worker", 1)),
             gpus_per_worker=float(p.get("parallelism.gpus_per_worker", 0)),
             started_at=float(m.get("started_at", run.info.start_time / 1000.0)),

@@ -41,6 +41,7 @@ from distmis.exceptions import TrackingError, TuningError
 from distmis.files import OutputClaim, check_location, check_output, open_nofollow, write_json_atomic, write_text_atomic
 from distmis.preflight import preflight
 from distmis.redact import redact, redact_uri
+from distmis.schema import RunFile, Tag
 from distmis.tensorflow_env import tensorflow_env
 from distmis.tracking import START_SECONDS
 from distmis.tuning import check_resume_config, check_resumed_choices, read_recorded
@@ -104,8 +105,6 @@ class _CompareTracking:
 
         self.uri_with_credentials = uri  # given to the modes' searches, never written or printed
 
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
         self.uri, self.experiment = uri, experiment
         try:  # the client itself imports the store's driver (a missing MySQLdb is a bad URI here)
             self.client = mlflow_client(uri)
@@ -120,18 +119,16 @@ class _CompareTracking:
         if run_id:
             self.client.update_run(run_id, status="RUNNING")
             return run_id
-        run = self.client.create_run(
-            self.experiment_id, run_name=f"compare-{name}", tags={"distmis.kind": "compare", "distmis.role": "compare"}
-        )
-        for k, v in params.items():
-            self.client.log_param(run.info.run_id, k, v)
-        return run.info.run_id
+        from distmis.tracking import start_run
+
+        tags = {Tag.KIND: "compare", Tag.ROLE: "compare"}
+        return start_run(self.client, self.experiment_id, f"compare-{name}", tags=tags, params=params)
 
     def tag_mode(self, mode_dir: Path, mode: str) -> None:
-        state = mode_dir / "mlflow.json"
+        state = mode_dir / RunFile.MLFLOW_STATE
         if state.is_file():
             search_run = json.loads(state.read_text())["parent_run_id"]
-            self.client.set_tag(search_run, "distmis.compare_mode", mode)
+            self.client.set_tag(search_run, Tag.COMPARE_MODE, mode)
 
     def finish(self, run_id: str, stats: list[ModeStats], target: float | None, files: list[Path], ok: bool) -> None:
         from mlflow.entities import Metric
@@ -440,7 +437,7 @@ def run_compare(
                 check_resume_config(plan.out, plan.config, plan.space_file, None)
                 check_modes_splits(plan)
             else:
-                write_text_atomic(plan.out / "search.yaml", plan.space_file.read_text(encoding="utf-8"))
+                write_text_atomic(plan.out / RunFile.SEARCH_FILE, plan.space_file.read_text(encoding="utf-8"))
             tracking, run_id = _start(plan, tracking_uri)
         records, failed = _run_modes(plan, tracking, run_id, address)
         return _conclude(plan, records, failed, tracking, run_id)
@@ -482,7 +479,7 @@ def _run_modes(
     failed: list[str] = []
     for mode in plan.mode_plans:
         mode_dir = plan.out / mode.name
-        if not (mode_dir / "summary.json").is_file():
+        if not (mode_dir / RunFile.SUMMARY).is_file():
             data = plan.mode_config(
                 mode, tracking_uri=tracking.uri_with_credentials, experiment=tracking.experiment, parent=run_id
             )
@@ -497,7 +494,7 @@ def _run_modes(
             log = plan.out / "logs" / f"{mode.name}.log"
             rc = _run_mode(mode, cfg_path, mode_dir, log, address, tracking.uri_with_credentials)
             print(f"== {mode.name}: exit {rc} after {time.time() - started:.1f} s", flush=True)
-            if not (mode_dir / "summary.json").is_file():
+            if not (mode_dir / RunFile.SUMMARY).is_file():
                 failed.append(mode.name)
                 continue
         tracking.tag_mode(mode_dir, mode.name)

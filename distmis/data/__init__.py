@@ -30,7 +30,15 @@ from distmis.data._prepare import (
     resample,
     split_cases,
 )
-from distmis.data._record import FORMAT, MANIFEST, Manifest, PreparedInfo, load_manifest
+from distmis.data._record import (
+    FORMAT,
+    ChannelNormalisation,
+    Manifest,
+    ModelPreprocessing,
+    PreparedInfo,
+    Preprocessing,
+    load_manifest,
+)
 from distmis.data._resolve import resolve_prepared
 from distmis.data._splits import SPLITS_FILE, CaseSplits, check_same_splits, read_search_splits
 from distmis.data._synth import LABELS as SYNTH_LABELS
@@ -41,7 +49,6 @@ __all__ = [
     "INIT_HEADER",
     "plan_search",
     "relative_source",
-    "MANIFEST",
     "SPLITS_FILE",
     "CaseSplits",
     "check_same_splits",
@@ -50,6 +57,9 @@ __all__ = [
     "SYNTH_LABELS",
     "Manifest",
     "PreparedInfo",
+    "Preprocessing",
+    "ModelPreprocessing",
+    "ChannelNormalisation",
     "PatchSampler",
     "CaseReader",
     "FORMAT",

@@ -10,7 +10,7 @@ The rules (the recipe's evidence is ``benchmarks/recipe.py`` on the MNI152 anato
 - **shape**: the median case shape rounded up to a multiple of 2^(depth-1); cases whose spacing
   differs from the median are resampled, the others cropped or padded;
 - **depth**: one level per halving of the volume's smallest side while the deepest maps keep
-  16 voxels, 3 to 5 (3 at 64³, where the recipe was measured);
+  16 voxels, 3 to 5 (3 at 64³);
 - **patch**: the whole prepared volume when its estimated training memory fits the budget
   (``--gpu-memory``, or 4 GiB of host memory for a CPU), else the largest axis shrunk first;
   batch 2 (nnU-Net's); a third of the patches centred on foreground when a patch is smaller

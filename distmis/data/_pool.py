@@ -2,8 +2,8 @@
 
 Spawned, not forked: the parent may have TensorFlow's thread pools running, and forking those
 is unsafe. Its workers ignore SIGINT: Ctrl-C at the terminal reaches the whole process group,
-and every worker used to print its own KeyboardInterrupt traceback; the parent alone handles
-it, cancels the cases not started and stops the workers.
+and the parent alone handles it (one message, not a traceback per worker): it cancels the
+cases not started and stops the workers.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from distmis.config import PrepareConfig
 from distmis.data._cases import CASES_DIR, write_case
 from distmis.data._msd import (
     MsdCase,
@@ -30,11 +31,19 @@ from distmis.data._msd import (
 )
 from distmis.data._normalize import LEGACY, channel_schemes, ct_statistics, normalize
 from distmis.data._pool import case_pool
-from distmis.data._record import FORMAT, MANIFEST, SPLITS
+from distmis.data._record import FORMAT, SPLITS, PreparedInfo, Preprocessing
 from distmis.exceptions import DataError
-from distmis.files import atomic_file, check_output, check_replaceable, resumable_directory, write_json_atomic
+from distmis.files import (
+    atomic_file,
+    check_output,
+    check_replaceable,
+    resumable_directory,
+    write_json_atomic,
+    write_text_atomic,
+)
 from distmis.links import open_nofollow
 from distmis.locks import LOCK_FILE
+from distmis.schema import RunFile
 
 
 # --------------------------------------------------------------------------- preprocessing (pure numpy)
@@ -212,12 +221,14 @@ def _manifest(
         "image_dtype": "float32",
         "label_dtype": "uint8",
         "cases": {},
-        "preprocessing": {
-            "normalisation": LEGACY if all(c["scheme"] == "zscore" for c in normalisation) else "per_channel",
-            "channel_normalisation": normalisation,
-            "resize": resize,
-            "shape": list(shape),
-        },
+        "preprocessing": Preprocessing.model_validate(
+            {
+                "normalisation": LEGACY if all(c["scheme"] == "zscore" for c in normalisation) else "per_channel",
+                "channel_normalisation": normalisation,
+                "resize": resize,
+                "shape": list(shape),
+            }
+        ).model_dump(mode="json", exclude_none=True),
         "split": {"fractions": list(split), "seed": seed},
         "splits": {},
     }
@@ -285,24 +296,20 @@ class _PrepareJob:
 def prepare_dataset(
     src: str | Path,
     out: str | Path,
+    options: PrepareConfig | None = None,
     *,
-    shape: tuple[int, int, int] = (32, 32, 32),
-    resize: str = "crop_pad",
-    label_mode: str = "binary",
-    split: tuple[float, float, float] = (0.7, 0.15, 0.15),
-    seed: int = 0,
+    regions: dict[str, list[int]] | None = None,
     workers: int | None = None,
     overwrite: bool = False,
     resume: bool = False,
     progress: Callable[[int, int], None] | None = None,
     warn: Callable[[str], None] | None = None,
-    regions: dict[str, list[int]] | None = None,
-    normalization: Any = "auto",
 ) -> dict[str, Any]:
-    """Preprocess an MSD dataset into ``out`` and return its record (``info.json``).
+    """Preprocess an MSD dataset into ``out`` as ``options`` say and return its record (``info.json``).
 
-    ``normalization``: ``auto`` (CT channels by their dataset's foreground range, the others per
-    case), one scheme for every channel, or one per channel (see :mod:`distmis.data._normalize`).
+    ``options`` is the search file's ``data.prepare`` (or what ``distmis prepare``'s options built):
+    one validated object, whatever asked for it; ``None`` is its defaults. ``regions`` is
+    ``data.regions``: the regions a ``regions`` label mode trains.
 
     ``warn`` receives what is suspicious but not wrong (a constant channel, a label without
     foreground); by default it is printed to stderr as ``distmis: warning: ...``.
@@ -317,6 +324,8 @@ def prepare_dataset(
             (or ``overwrite`` was not given).
     """
     src, out = Path(src), Path(out)
+    o = options if options is not None else PrepareConfig()
+    shape, resize, label_mode, split, seed = o.shape, o.resize, o.label_mode, o.split, o.seed
     dataset = read_dataset_json(src)
     _check_regions(regions, label_mode, dataset.labels, src / "dataset.json")
     check_output(out, option="OUT", inputs={"source dataset": src})
@@ -328,12 +337,12 @@ def prepare_dataset(
     by_id = {c.case_id: c for c in dataset.training}
     workers = workers or min(len(dataset.training), os.cpu_count() or 1)
     shape = tuple(int(s) for s in shape)  # type: ignore[assignment]
-    normalisation = channel_normalisation(dataset, splits["train"], by_id, normalization, workers)
+    normalisation = channel_normalisation(dataset, splits["train"], by_id, o.normalization, workers)
     manifest = _manifest(dataset, src, shape, resize, label_mode, regions, split, seed, normalisation)
     job = _PrepareJob(dataset.modalities, dataset.labels, shape, resize, label_mode, normalisation)
-    options = {k: v for k, v in manifest.items() if k not in ("splits", "cases")}
+    recorded = {k: v for k, v in manifest.items() if k not in ("splits", "cases")}
     try:
-        with resumable_directory(out, command="prepare", overwrite=overwrite, resume=resume, job=options) as work:
+        with resumable_directory(out, command="prepare", overwrite=overwrite, resume=resume, job=recorded) as work:
             with open_nofollow(work / LOCK_FILE, "a"):  # what a search reading this dataset holds (reader_lock)
                 pass
             done = _prepare_cases(job, work, [c.case_id for c in dataset.training], by_id, workers, progress)
@@ -350,7 +359,11 @@ def prepare_dataset(
             manifest["fingerprint"] = aggregate(
                 case_stats, labels=dataset.labels, modalities=dataset.modalities, name=dataset.name
             )
-            write_json_atomic(work / MANIFEST, manifest)
+            # written through its model: a record prepare cannot read back is never written
+            record = PreparedInfo.model_validate(manifest).model_dump_json(
+                indent=2, exclude={"fold"}, exclude_none=True
+            )
+            write_text_atomic(work / RunFile.PREPARED_INFO, record + "\n")
             for cid in done:  # what only a resume needed
                 for name in (f"{cid}.done.json", f"{cid}.samples.npy"):
                     (work / CASES_DIR / name).unlink(missing_ok=True)

@@ -12,15 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, StrictStr, model_validator
 
+from distmis.data._splits import SPLITS, CaseSplits
 from distmis.exceptions import DataError
+from distmis.schema import RunFile
 
-MANIFEST = "info.json"
 FORMAT = "distmis-prepared/2"
 #: formats an older distmis wrote: refused, naming the command that prepares the data again
 OLD_FORMATS = ("distmis-prepared/1",)
-SPLITS = ("train", "val", "test")
 
 _FILE_NAME = r"^cases/[^/\\]+$"  # a file inside the prepared directory's cases/, never a path out of it
 
@@ -60,6 +60,88 @@ class SourceRecord(BaseModel):
     description: StrictStr | None = None
 
 
+class ChannelNormalisation(BaseModel):
+    """One channel's normalisation (CT: its clip range, mean and standard deviation)."""
+
+    model_config = ConfigDict(extra="allow")
+    scheme: Literal["zscore", "ct", "none"]
+    clip: tuple[FiniteFloat, FiniteFloat] | None = None
+    mean: FiniteFloat | None = None
+    std: FiniteFloat | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _ct_complete(self) -> ChannelNormalisation:
+        if self.scheme == "ct" and (self.clip is None or self.mean is None or self.std is None):
+            raise ValueError("a ct channel needs clip, mean and std")
+        return self
+
+
+class Preprocessing(BaseModel):
+    """How every case's image was turned into the prepared grid: what inference redoes to a new scan."""
+
+    model_config = ConfigDict(extra="allow")
+    #: ``zscore`` (every channel z-scored per case) or ``per_channel`` (see channel_normalisation)
+    normalisation: StrictStr
+    #: per channel (older models: none, and every channel is z-scored per case)
+    channel_normalisation: list[ChannelNormalisation] | None = None
+    resize: Literal["crop_pad", "resample"]
+    shape: tuple[int, int, int]
+
+    @model_validator(mode="after")
+    def _positive_shape(self) -> Preprocessing:
+        if any(s < 1 for s in self.shape):
+            raise ValueError(f"shape must be 3 positive integers, got {list(self.shape)}")
+        return self
+
+
+class ModelPreprocessing(Preprocessing):
+    """A model's ``preprocessing.json``: its data's channels and labels, the preprocessing to redo,
+    and the cases it trained on, chose its best epoch on, and never saw (``evaluate`` says so).
+
+    Training writes it from the prepared data's record (:meth:`of_prepared`); inference reads it.
+    """
+
+    channels: int = Field(ge=1)
+    modalities: list[StrictStr]
+    labels: dict[str, StrictStr] = {}
+    label_mode: Literal["binary", "multiclass", "regions"]
+    num_classes: int = Field(ge=1)
+    regions: dict[str, list[int]] | None = None
+    splits: CaseSplits | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelPreprocessing:
+        if len(self.modalities) != self.channels:
+            raise ValueError(f"channels {self.channels} but {len(self.modalities)} modalities")
+        if self.channel_normalisation is not None and len(self.channel_normalisation) != self.channels:
+            raise ValueError(
+                f"channel_normalisation has {len(self.channel_normalisation)} entries for {self.channels} channels"
+            )
+        if (self.label_mode == "binary") != (self.num_classes == 1) and self.label_mode != "regions":
+            raise ValueError(f"label_mode {self.label_mode!r} does not go with num_classes {self.num_classes}")
+        if self.label_mode == "regions" and len(self.regions or {}) != self.num_classes:
+            raise ValueError(
+                f"label_mode 'regions' needs one region per output channel ({self.num_classes}), "
+                f"got regions {self.regions}"
+            )
+        return self
+
+    @classmethod
+    def of_prepared(cls, info: dict[str, Any]) -> ModelPreprocessing:
+        """The record of a model trained on the prepared data whose ``info.json`` is ``info``."""
+        prepared = PreparedInfo.model_validate(info)
+        return cls(
+            **prepared.preprocessing.model_dump(),
+            channels=prepared.channels,
+            modalities=prepared.modalities,
+            labels=prepared.labels,
+            label_mode=prepared.label_mode,
+            num_classes=prepared.num_classes,
+            regions=prepared.regions,
+            splits=CaseSplits.of_manifest(info),
+        )
+
+
 class PreparedInfo(BaseModel):
     """The structure of ``info.json``."""
 
@@ -75,7 +157,7 @@ class PreparedInfo(BaseModel):
     num_classes: int = Field(ge=1)
     image_dtype: Literal["float32"] = "float32"
     label_dtype: Literal["uint8"] = "uint8"
-    preprocessing: dict[str, Any]
+    preprocessing: Preprocessing
     split: dict[str, Any] = {}
     splits: dict[Literal["train", "val", "test"], SplitRecord]
     cases: dict[StrictStr, CaseRecord]
@@ -150,7 +232,7 @@ def load_manifest(root: str | Path) -> Manifest:
     from distmis.documents import read_json, validate_document
 
     root = Path(root)
-    path = root / MANIFEST
+    path = root / RunFile.PREPARED_INFO
     if not path.is_file():
         raise DataError(f"{path}: missing; run `distmis prepare` first")
     info = read_json(path, error=DataError, what="a distmis info.json object")
@@ -183,10 +265,12 @@ def load_manifest(root: str | Path) -> Manifest:
 
 __all__ = [
     "FORMAT",
-    "MANIFEST",
     "OLD_FORMATS",
     "SPLITS",
     "CaseRecord",
+    "ChannelNormalisation",
+    "ModelPreprocessing",
+    "Preprocessing",
     "Manifest",
     "PreparedInfo",
     "load_manifest",

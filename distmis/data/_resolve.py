@@ -13,10 +13,11 @@ from pathlib import Path
 
 from distmis.config import DataConfig
 from distmis.data._prepare import prepare_dataset
-from distmis.data._record import FORMAT, MANIFEST
+from distmis.data._record import FORMAT
 from distmis.data._synth import write_synthetic_msd
 from distmis.exceptions import DataError
 from distmis.files import open_nofollow
+from distmis.schema import RunFile
 
 
 def _key(payload: dict) -> str:
@@ -34,16 +35,18 @@ def resolve_prepared(data: DataConfig, *, base_dir: Path | None = None) -> Path:
         src = Path(data.source).expanduser()
         if not src.is_absolute() and base_dir is not None:
             src = (base_dir / src).resolve()
-        if (src / MANIFEST).is_file():
+        if (src / RunFile.PREPARED_INFO).is_file():
             return src
         if not (src / "dataset.json").is_file():
-            raise DataError(f"data.source: {src} holds neither dataset.json (MSD) nor {MANIFEST} (prepared)")
+            raise DataError(
+                f"data.source: {src} holds neither dataset.json (MSD) nor {RunFile.PREPARED_INFO} (prepared)"
+            )
     # the format is part of the key: data cached by an older distmis is prepared again, not misread
     key = {"src": str(src.resolve()), "format": FORMAT, **prep.model_dump(mode="json", exclude={"shards"})}
     if data.regions:
         key["regions"] = data.regions
     target = cache / f"prepared-{_key(key)}"
-    if (target / MANIFEST).is_file():
+    if (target / RunFile.PREPARED_INFO).is_file():
         return target
     cache.mkdir(parents=True, exist_ok=True)
     with open_nofollow(cache / ".lock", "a") as lock:
@@ -58,16 +61,6 @@ def resolve_prepared(data: DataConfig, *, base_dir: Path | None = None) -> Path:
                 test_cases=syn.test_cases,
                 seed=syn.seed,
             )
-        if not (target / MANIFEST).is_file():
-            prepare_dataset(
-                src,
-                target,
-                shape=prep.shape,
-                resize=prep.resize,
-                label_mode=prep.label_mode,
-                split=prep.split,
-                seed=prep.seed,
-                regions=data.regions,
-                normalization=prep.normalization,
-            )
+        if not (target / RunFile.PREPARED_INFO).is_file():
+            prepare_dataset(src, target, prep, regions=data.regions)
     return target

@@ -1,8 +1,8 @@
 """Which cases a search, and every model it makes, trained, selected and tested on: fixed when it starts.
 
 ``prepare --overwrite`` with another split, then ``finalize`` or ``evaluate`` of an earlier search,
-used to train folds on the search's old test cases and call its old validation cases the test split,
-without a word: the one untouched test score distmis promises was gone. So a search records its
+would train folds on the search's old test cases and call its old validation cases the test split,
+without a word: the one untouched test score distmis promises would be gone. So a search records its
 case ids (``splits.json``), every model records those of its own training (``preprocessing.json``),
 and a command that reads prepared data for them compares, naming the cases that moved.
 """

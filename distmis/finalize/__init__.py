@@ -1,7 +1,16 @@
 """Finalize: cross-validation of a search's best configurations, an ensemble of fold models, one honest test score."""
 
 from distmis.finalize._cv import Selection
-from distmis.finalize._plan import Candidate, FinalizePlan, plan_finalize
+from distmis.finalize._plan import Candidate, FinalizeOptions, FinalizePlan, plan_finalize
 from distmis.finalize._run import FinalizeResult, fold_config, run_finalize
 
-__all__ = ["Candidate", "FinalizePlan", "FinalizeResult", "Selection", "fold_config", "plan_finalize", "run_finalize"]
+__all__ = [
+    "Candidate",
+    "FinalizeOptions",
+    "FinalizePlan",
+    "FinalizeResult",
+    "Selection",
+    "fold_config",
+    "plan_finalize",
+    "run_finalize",
+]

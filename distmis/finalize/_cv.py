@@ -71,12 +71,12 @@ def out_of_fold(
     plan: FinalizePlan,
     fold_models: dict[tuple[str, int], Path],
     cases: dict[str, Any],
-    progress: Callable[[str], None] | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
 ) -> dict[str, dict[str, Path]]:
     """Predict every fold's validation cases with that fold's model of every configuration.
 
     Returns ``{configuration: {case: probabilities .npz}}``; a prediction already on disk (a
-    resumed finalize) is not made again.
+    resumed finalize) is not made again. ``progress(done, total, what)`` follows each one made.
     """
     from distmis.data import load_case_image
     from distmis.files import atomic_file
@@ -90,21 +90,25 @@ def out_of_fold(
 
     options = PredictOptions(tta=plan.tta)
     found: dict[str, dict[str, Path]] = {c.name: {} for c in plan.candidates}
+    jobs: list[tuple[str, int, Path, dict[str, Path]]] = []
     for (name, fold), model_dir in sorted(fold_models.items()):
         targets = {case: plan.out / "oof" / name / f"{case}.npz" for case in plan.groups[fold]}
         found[name].update(targets)
-        todo = [case for case, path in targets.items() if not path.is_file()]
-        if not todo:
-            continue
+        todo = {case: path for case, path in targets.items() if not path.is_file()}
+        if todo:
+            jobs.append((name, fold, model_dir, todo))
+    total, done = sum(len(todo) for *_, todo in jobs), 0
+    for name, fold, model_dir, todo in jobs:
         record = read_model_record(model_dir)
         predict = make_predict_fn(build_models(record), tta=plan.tta)
-        for case in todo:
+        for case, target in todo.items():
             image = load_case_image(cases[case].image, record.channels, expected_by=f"the model {model_dir}")[0]
             probs = predict_probabilities(image, record, predict, options)
-            with atomic_file(targets[case]) as tmp, open(tmp, "wb") as fh:
+            with atomic_file(target) as tmp, open(tmp, "wb") as fh:
                 np.savez_compressed(fh, probabilities=probs.astype(np.float16))
+            done += 1
             if progress:
-                progress(f"{name} fold {fold}: {case}")
+                progress(done, total, f"{name}/fold{fold}: {case}")
     return found
 
 

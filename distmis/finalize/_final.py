@@ -23,11 +23,12 @@ from typing import Any
 from distmis.files import atomic_directory, write_json_atomic
 from distmis.finalize._cv import Selection
 from distmis.finalize._plan import FinalizePlan
+from distmis.schema import RunFile
 
 
 def write_final(plan: FinalizePlan, selection: Selection, fold_models: dict[tuple[str, int], Path]) -> Path:
     """Write ``plan.final`` from the chosen configurations' fold models."""
-    from distmis.inference import ENSEMBLE, read_model_record
+    from distmis.inference import read_model_record
 
     members = [(name, fold) for name in selection.members for fold in range(plan.folds)]
     with atomic_directory(plan.final, command="finalize", overwrite=True, option="final/") as tmp:
@@ -38,10 +39,10 @@ def write_final(plan: FinalizePlan, selection: Selection, fold_models: dict[tupl
             (target / ".distmis-output").unlink(missing_ok=True)  # part of final/, not an output of its own
             names.append(str(target.relative_to(tmp)))
         first = tmp / names[0]
-        for shared in ("config.yaml", "preprocessing.json"):
+        for shared in (RunFile.CONFIG, RunFile.PREPROCESSING):
             shutil.copy2(first / shared, tmp / shared)
         write_json_atomic(
-            tmp / ENSEMBLE,
+            tmp / RunFile.ENSEMBLE,
             {
                 "format": "distmis-ensemble/1",
                 "members": names,
@@ -49,7 +50,7 @@ def write_final(plan: FinalizePlan, selection: Selection, fold_models: dict[tupl
                 "largest_component": [{"name": n, "values": list(v)} for n, v in selection.largest_component],
             },
         )
-        write_json_atomic(tmp / "selection.json", selection_record(plan, selection))
+        write_json_atomic(tmp / RunFile.SELECTION, selection_record(plan, selection))
         read_model_record(tmp)  # what predict will read: checked before it is handed over
     return plan.final
 
@@ -73,7 +74,7 @@ def selection_record(plan: FinalizePlan, selection: Selection) -> dict[str, Any]
 
 
 def read_selection(final: Path) -> dict[str, Any]:
-    return json.loads((final / "selection.json").read_text(encoding="utf-8"))
+    return json.loads((final / RunFile.SELECTION).read_text(encoding="utf-8"))
 
 
 __all__ = ["read_selection", "selection_record", "write_final"]

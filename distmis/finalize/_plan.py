@@ -30,7 +30,8 @@ from distmis.data import (
 from distmis.documents import read_json
 from distmis.exceptions import ConfigError, TuningError
 from distmis.files import check_location, marker_info
-from distmis.tuning import TUNE_DIR, check_resumed_choices, check_tune_state, read_recorded
+from distmis.schema import RunFile
+from distmis.tuning import check_resumed_choices, check_tune_state, read_recorded
 
 PLAN_FILE = "finalize.json"
 #: what a new finalize does unless told otherwise (nnU-Net's 5 folds; the two best configurations)
@@ -38,6 +39,32 @@ DEFAULTS: dict[str, Any] = {"top": 2, "folds": 5, "seed": 0, "tta": True, "pairs
 #: how each choice is spelt on the command line, for errors
 _OPTIONS = {"top": "--top", "folds": "--folds", "seed": "--seed", "tta": "--no-tta", "pairs": "--no-pairs",
             "postprocess": "--no-postprocess"}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class FinalizeOptions:
+    """What a user asks of ``distmis finalize``: built once by the command line (or a caller) and
+    handed whole to :func:`plan_finalize`.
+
+    A choice left as ``None`` takes :data:`DEFAULTS` (a new finalize) or the recorded value
+    (``resume``).
+    """
+
+    run: Path  # the finished search directory
+    top: int | None = None
+    folds: int | None = None
+    seed: int | None = None
+    out: Path | None = None  # default RUN/finalize
+    final: Path | None = None  # default RUN/final
+    resume: bool = False
+    overwrite: bool = False
+    tta: bool | None = None
+    pairs: bool | None = None
+    postprocess: bool | None = None
+
+    def choices(self) -> dict[str, Any]:
+        """The choices a resumed finalize must keep, as given (``None``: not given)."""
+        return {k: getattr(self, k) for k in DEFAULTS}
 
 
 @dataclass(frozen=True)
@@ -91,21 +118,8 @@ def _spell(key: str, value: Any) -> str:
     return f"{_OPTIONS[key]} {value}"
 
 
-def plan_finalize(
-    run: str | Path,
-    *,
-    top: int | None = None,
-    folds: int | None = None,
-    seed: int | None = None,
-    out: str | Path | None = None,
-    final: str | Path | None = None,
-    resume: bool = False,
-    overwrite: bool = False,
-    tta: bool | None = None,
-    pairs: bool | None = None,
-    postprocess: bool | None = None,
-) -> FinalizePlan:
-    """Read the search in ``run`` and plan its finalize (on ``--resume``, the recorded plan).
+def plan_finalize(options: FinalizeOptions) -> FinalizePlan:
+    """Read the search in ``options.run`` and plan its finalize (on ``--resume``, the recorded plan).
 
     A choice left as ``None`` takes :data:`DEFAULTS` (a new finalize) or the recorded value
     (``resume``); one given on ``resume`` must equal the recorded one, because the folds already
@@ -116,10 +130,10 @@ def plan_finalize(
             choice given on ``resume`` that differs from the recorded finalize.
         ConfigError / DataError: the search's files or data, naming them.
     """
-    given = {"top": top, "folds": folds, "seed": seed, "tta": tta, "pairs": pairs, "postprocess": postprocess}
-    run = Path(run).resolve()
-    out_dir = Path(out).resolve() if out else run / "finalize"
-    final_dir = Path(final).resolve() if final else run / "final"
+    given, resume, overwrite = options.choices(), options.resume, options.overwrite
+    run = Path(options.run).resolve()
+    out_dir = Path(options.out).resolve() if options.out else run / "finalize"
+    final_dir = Path(options.final).resolve() if options.final else run / "final"
     if resume:
         check_location(
             out_dir, what="finalize", resume_command="distmis finalize <original search> --out <original> --resume"
@@ -138,7 +152,7 @@ def plan_finalize(
         data = read_recorded(recorded, what="finalize")
         chosen = {**{k: data[k] for k in DEFAULTS if k != "top"}, "top": len(data["candidates"])}
         check_resumed_choices(recorded, given, chosen, _spell)
-        check_tune_state(out_dir / TUNE_DIR, command="the finalize")
+        check_tune_state(out_dir / RunFile.TUNE_DIR, command="the finalize")
     else:
         chosen = {k: DEFAULTS[k] if v is None else v for k, v in given.items()}
     top, folds, seed = int(chosen["top"]), int(chosen["folds"]), int(chosen["seed"])
@@ -204,7 +218,7 @@ def check_final(final: Path, out: Path, *, resume: bool, overwrite: bool) -> Non
 def read_selection_of(final: Path) -> dict[str, Any]:
     """``final/selection.json`` as far as it can be read (``{}``: none, or damaged)."""
     try:
-        data = json.loads((final / "selection.json").read_text(encoding="utf-8"))
+        data = json.loads((final / RunFile.SELECTION).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
@@ -217,22 +231,22 @@ def _read_search(run: Path) -> tuple[dict[str, Any], ExperimentConfig, Path]:
     info = marker_info(run)
     if info is not None and info.get("written_by") != "distmis tune":
         raise TuningError(f"{run}: written by {info.get('written_by')!r}, not a search (distmis tune's --out)")
-    missing = [name for name in ("results.csv", "summary.json", "search.yaml") if not (run / name).is_file()]
+    missing = [name for name in (RunFile.RESULTS, RunFile.SUMMARY, RunFile.SEARCH_FILE) if not (run / name).is_file()]
     if missing:
         raise TuningError(
             f"{run}: a run directory without results (no {', '.join(missing)}); finalize takes a finished search: "
             f"finish it first (distmis tune <file> --out {run} --resume)"
         )
-    summary = read_json(run / "summary.json", error=TuningError, what="a search's summary")
+    summary = read_json(run / RunFile.SUMMARY, error=TuningError, what="a search's summary")
     if not isinstance(summary, dict):
-        raise TuningError(f"{run / 'summary.json'}: expected a JSON object, found {type(summary).__name__}")
+        raise TuningError(f"{run / RunFile.SUMMARY}: expected a JSON object, found {type(summary).__name__}")
     try:
-        config = load_config(run / "search.yaml", require_space=True)
+        config = load_config(run / RunFile.SEARCH_FILE, require_space=True)
     except ConfigError as exc:
-        raise TuningError(f"{run / 'search.yaml'}: the search's configuration is not readable: {exc}") from None
+        raise TuningError(f"{run / RunFile.SEARCH_FILE}: the search's configuration is not readable: {exc}") from None
     prepared = Path(str(summary.get("prepared", "")))
-    if not (prepared / "info.json").is_file():
-        raise TuningError(f"{run / 'summary.json'}: its prepared data {prepared} is gone; prepare it again")
+    if not (prepared / RunFile.PREPARED_INFO).is_file():
+        raise TuningError(f"{run / RunFile.SUMMARY}: its prepared data {prepared} is gone; prepare it again")
     data = config.to_yaml_dict()
     data["data"]["source"] = str(prepared)  # the search file's relative paths meant its own directory
     return summary, ExperimentConfig.model_validate(data), prepared
@@ -314,9 +328,8 @@ def check_fold_classes(plan: FinalizePlan) -> None:
 
 
 def _search_tracking(run: Path) -> dict[str, Any]:
-    from distmis.tracking import STATE_FILE
 
-    path = run / STATE_FILE
+    path = run / RunFile.MLFLOW_STATE
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 

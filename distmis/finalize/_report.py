@@ -47,6 +47,21 @@ def rows(plan: FinalizePlan, tables: dict[str, dict[str, dict[str, Any]]], selec
     return out
 
 
+def print_cv_table(plan: FinalizePlan, tables: dict[str, dict[str, dict[str, Any]]], selection: Selection) -> None:
+    """finalize's result on the console: each configuration's cross-validated value beside its search value."""
+    from rich.table import Table
+
+    from distmis.console import console
+
+    key = cv_metric(plan.config.search.metric) or MAIN
+    table = Table(title=f"{plan.folds}-fold cross-validation ({key}, mean ± std over folds)", title_justify="left")
+    for column in ("configuration", f"CV {key}", "search value", "selection bias", "chosen"):
+        table.add_column(column, justify="left" if column == "configuration" else "right")
+    for name, search, mean, std, bias, _, chosen in rows(plan, tables, selection):
+        table.add_row(name, f"{mean} ± {std}", search, bias, chosen)
+    console().print(table)
+
+
 def write_cv_csv(plan: FinalizePlan, per_case: dict[str, dict[str, dict[str, float]]]) -> Path:
     """One row per configuration, fold and case: every out-of-fold score."""
     metrics = sorted({m for cases in per_case.values() for s in cases.values() for m in s})

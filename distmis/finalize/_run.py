@@ -25,16 +25,16 @@ from distmis.config import ExperimentConfig
 from distmis.files import OutputClaim, write_json_atomic
 from distmis.finalize._cv import Selection, choose, out_of_fold, raw_cases, single_tables
 from distmis.finalize._final import write_final
-from distmis.finalize._plan import PLAN_FILE, FinalizePlan, plan_finalize
-from distmis.finalize._report import cv_metric, plots, write_cv_csv, write_reports
+from distmis.finalize._plan import PLAN_FILE, FinalizeOptions, FinalizePlan, plan_finalize
+from distmis.finalize._report import cv_metric, plots, print_cv_table, write_cv_csv, write_reports
 from distmis.locks import reader_lock, source_lock
-from distmis.raysession import probe_address
+from distmis.raysession import RaySession, probe_address
+from distmis.schema import RunFile, Tag
+from distmis.space import sampled_params
 from distmis.tensorflow_env import apply_tensorflow_env, tensorflow_env
 from distmis.tracking import SearchTracker
 from distmis.tuning import (
     STOP_REQUESTED,
-    TUNE_DIR,
-    RaySession,
     Timings,
     alive_nodes,
     build_tuner,
@@ -77,23 +77,10 @@ def fold_config(plan: FinalizePlan) -> ExperimentConfig:
 
 
 def run_finalize(
-    run: str | Path,
-    *,
-    top: int | None = None,
-    folds: int | None = None,
-    seed: int | None = None,
-    out: str | Path | None = None,
-    resume: bool = False,
-    overwrite: bool = False,
-    address: str | None = None,
-    tracking_uri: str | None = None,
-    tta: bool | None = None,
-    pairs: bool | None = None,
-    postprocess: bool | None = None,
-    verbose: int = 0,
+    options: FinalizeOptions, *, address: str | None = None, tracking_uri: str | None = None, verbose: int = 0
 ) -> FinalizeResult:
-    """Cross-validate the ``top`` configurations of the search in ``run`` on ``folds`` folds and write
-    ``run/final/``; see the module docstring. A choice left as ``None`` takes
+    """Cross-validate the ``top`` configurations of the search in ``options.run`` on ``folds`` folds and
+    write ``run/final/``; see the module docstring. A choice left as ``None`` takes
     :data:`~distmis.finalize._plan.DEFAULTS`, or on ``resume`` the recorded finalize's.
 
     Raises:
@@ -103,20 +90,9 @@ def run_finalize(
     with contextlib.ExitStack() as session:
         # the search is read under its own lock: a tune still writing it (or resumed meanwhile)
         # would hand finalize half its trials
-        session.enter_context(source_lock(Path(run), command="finalize (reading the search)", option="RUN"))
+        session.enter_context(source_lock(Path(options.run), command="finalize (reading the search)", option="RUN"))
         with timings.phase("checks"):
-            plan = plan_finalize(
-                run,
-                top=top,
-                folds=folds,
-                seed=seed,
-                out=out,
-                resume=resume,
-                overwrite=overwrite,
-                tta=tta,
-                pairs=pairs,
-                postprocess=postprocess,
-            )
+            plan = plan_finalize(options)
             config = fold_config(plan)
             check_finalize_store(plan, tracking_uri)
             probe_address(address)  # a dead address is named before the output is touched
@@ -186,7 +162,7 @@ def start_finalize_tracking(plan: FinalizePlan, config: ExperimentConfig, tracki
         else resolve_tracking_uri(tracking_uri, config.tracking.uri, plan.run)
     )
     tracker = SearchTracker(uri, config.tracking.experiment or plan.config.name, plan.out)
-    tags = {"distmis.role": "finalize", "distmis.out": str(plan.out)}
+    tags = {Tag.ROLE: "finalize", Tag.OUT: str(plan.out)}
     if config.tracking.parent_run_id:
         tags["mlflow.parentRunId"] = config.tracking.parent_run_id
     params = {
@@ -220,9 +196,16 @@ def _finalize(
     with timings.phase("tuner_setup"):
         context = trial_context(config, plan.prepared, plan.out)
         # a finalize stopped before Tune started has no experiment to restore: its trials start now
-        restore = plan.resume and (plan.out / TUNE_DIR).is_dir()
+        restore = plan.resume and (plan.out / RunFile.TUNE_DIR).is_dir()
         tuner = build_tuner(
-            config, plan.out, context, concurrency=concurrency, tracker=tracker, resume=restore, verbose=verbose
+            config,
+            plan.out,
+            context,
+            concurrency=concurrency,
+            tracker=tracker,
+            resume=restore,
+            verbose=verbose,
+            trial_label=FoldLabel.of_plan(plan),
         )
     grid = None
     if not STOP_REQUESTED.is_set():
@@ -232,11 +215,11 @@ def _finalize(
     if grid is None or STOP_REQUESTED.is_set() or unfinished_trials(grid):
         tracker.channel.wait_empty(config.tracking.final_flush_seconds)  # the runs stay open for --resume
         print(f"distmis: finalize interrupted; continue it with: distmis finalize {plan.run} --resume", flush=True)
-        timings.write(plan.out / "timings.json")
+        timings.write(plan.out / RunFile.TIMINGS)
         return FinalizeResult(plan.out, None, interrupted=True)
     fold_models, failed = _fold_models(plan, grid, config)
     if failed:
-        tracker.finish(metrics={}, tags={"distmis.error": f"fold trainings failed: {failed}"}, plots=[], files=[],
+        tracker.finish(metrics={}, tags={Tag.ERROR: f"fold trainings failed: {failed}"}, plots=[], files=[],
                        status="FAILED", wait_seconds=config.tracking.final_flush_seconds)  # fmt: skip
         return FinalizeResult(plan.out, None, failed_folds=failed)
     try:
@@ -244,7 +227,7 @@ def _finalize(
     except _StopRequested:
         tracker.channel.wait_empty(config.tracking.final_flush_seconds)  # the runs stay open for --resume
         print(f"distmis: finalize interrupted; continue it with: distmis finalize {plan.run} --resume", flush=True)
-        timings.write(plan.out / "timings.json")
+        timings.write(plan.out / RunFile.TIMINGS)
         return FinalizeResult(plan.out, None, interrupted=True)
 
 
@@ -269,8 +252,8 @@ def _fold_models(
         params = dict(row.params)
         fold = int(params.pop("data.fold")["index"])
         key = (by_params.get(json.dumps(params, sort_keys=True), "?"), fold)
-        best = plan.out / "trials" / row.trial_id / "best"
-        if row.status == "TERMINATED" and (best / "weights.npz").is_file():
+        best = plan.out / RunFile.TRIALS_DIR / row.trial_id / "best"
+        if row.status == "TERMINATED" and (best / RunFile.WEIGHTS).is_file():
             models[key] = best
         else:
             failed[key] = f"{key[0]} fold {fold} ({row.trial_id}: {row.error or 'no model written'})"
@@ -289,14 +272,10 @@ def _conclude(
     """Out-of-fold predictions, the choice, ``final/``, the report, the MLflow run's end."""
     from distmis.inference import read_model_record
 
-    def progress(what: str) -> None:
-        print(f"  out of fold: {what}", flush=True)
-        _unless_stopped()
-
     _unless_stopped()
     with timings.phase("out_of_fold"):
         cases = raw_cases(plan)
-        oof = out_of_fold(plan, fold_models, cases, progress=progress)
+        oof = _out_of_fold_shown(plan, fold_models, cases)
     _unless_stopped()
     with timings.phase("selection"):
         record = read_model_record(next(iter(fold_models.values())))
@@ -309,10 +288,53 @@ def _conclude(
         md, html = write_reports(plan, tables, selection, pictures)
     with timings.phase("tracking_flush"):
         _finish_tracking(
-            plan, config, tracker, tables, selection, [md, html, csv_path, final / "selection.json"], pictures
+            plan, config, tracker, tables, selection, [md, html, csv_path, final / RunFile.SELECTION], pictures
         )
-    timings.write(plan.out / "timings.json")
+    timings.write(plan.out / RunFile.TIMINGS)
+    print_cv_table(plan, tables, selection)
     return FinalizeResult(plan.out, final, selection, tables)
+
+
+def _out_of_fold_shown(
+    plan: FinalizePlan, fold_models: dict[tuple[str, int], Path], cases: dict[str, Any]
+) -> dict[str, dict[str, Path]]:
+    """:func:`out_of_fold` with a progress bar on the console and one line per case in ``finalize.log``."""
+    from distmis.console import progress_bar
+    from distmis.links import open_nofollow
+
+    log = plan.out / RunFile.FINALIZE_LOG
+    with progress_bar("out-of-fold predictions") as update, open_nofollow(log, "a", encoding="utf-8") as fh:
+
+        def progress(done: int, total: int, what: str) -> None:
+            fh.write(f"out of fold: {what}\n")
+            fh.flush()
+            update(done, total)
+            _unless_stopped()
+
+        oof = out_of_fold(plan, fold_models, cases, progress=progress)
+    print(f"distmis: out-of-fold predictions of every case: {log}", flush=True)
+    return oof
+
+
+@dataclass(frozen=True)
+class FoldLabel:
+    """A finalize trial's name, ``c0/fold1``: its configuration and fold, as the report names them.
+
+    Tune's trial ids (``ce109_00001``) say neither; this names the live view's rows and the
+    MLflow runs. Picklable: Tune keeps its callbacks in the experiment state.
+    """
+
+    names: dict[str, str]  # the configuration's parameters as sorted JSON -> its name
+
+    @classmethod
+    def of_plan(cls, plan: FinalizePlan) -> FoldLabel:
+        return cls({json.dumps(c.params, sort_keys=True): c.name for c in plan.candidates})
+
+    def __call__(self, trial_config: dict[str, Any]) -> str:
+        params = dict(sampled_params(trial_config))
+        fold = params.pop("data.fold", None)
+        name = self.names.get(json.dumps(params, sort_keys=True), "?")
+        return f"{name}/fold{fold['index']}" if isinstance(fold, dict) and "index" in fold else name
 
 
 def _finish_tracking(
@@ -338,8 +360,8 @@ def _finish_tracking(
     done = tracker.finish(
         metrics={k: v for k, v in metrics.items() if math.isfinite(v)},
         tags={
-            "distmis.final_members": "+".join(selection.members),
-            "distmis.largest_component": ",".join(n for n, _ in selection.largest_component),
+            Tag.FINAL_MEMBERS: "+".join(selection.members),
+            Tag.LARGEST_COMPONENT: ",".join(n for n, _ in selection.largest_component),
             "mlflow.note.content": f"Chosen by {plan.folds}-fold cross-validation: {' + '.join(selection.members)}; "
             f"the model is {plan.final}.",
         },
@@ -352,4 +374,4 @@ def _finish_tracking(
         print(f"distmis: warning: MLflow still unreachable; tracking kept in {plan.out}", flush=True)
 
 
-__all__ = ["FinalizeResult", "fold_config", "run_finalize"]
+__all__ = ["FinalizeResult", "FoldLabel", "fold_config", "run_finalize"]

@@ -41,9 +41,10 @@ from distmis.files import (
     open_nofollow,
     write_json_atomic,
 )
-from distmis.inference._metrics import METRICS, mask_metrics, summarise
 from distmis.inference._model import ModelRecord, read_model_record
 from distmis.inference._predict import CaseJob, CaseOutcome, PredictOptions, model_declares, predict_cases
+from distmis.inference._scores import METRICS, mask_metrics, summarise
+from distmis.schema import RunFile, Tag
 
 _log = logging.getLogger(__name__)
 MAX_PICTURED = 4
@@ -61,7 +62,7 @@ class EvaluationResult:
 
 def raw_dataset(source: Path) -> Path:
     """The raw MSD directory behind ``source`` (a prepared directory's recorded source, or itself)."""
-    if (source / "info.json").is_file():
+    if (source / RunFile.PREPARED_INFO).is_file():
         from distmis.data import load_manifest
 
         return Path(load_manifest(source).info["source"]["path"])
@@ -81,7 +82,7 @@ def check_model_splits(record: ModelRecord, source: Path) -> None:
     from distmis.data import CaseSplits, check_same_splits, load_manifest
 
     recorded = record.singles[0].preprocessing.get("splits")
-    if not recorded or not (source / "info.json").is_file():
+    if not recorded or not (source / RunFile.PREPARED_INFO).is_file():
         return
     now = CaseSplits.of_manifest(load_manifest(source).info)
     where = f"the model {record.directory} (its preprocessing.json)"
@@ -110,16 +111,18 @@ def seen_in_training(record: ModelRecord, case_ids: list[str]) -> dict[str, list
 def evaluation_cases(source: Path, split: str) -> list[MsdCase]:
     """The labelled raw cases of ``split``: from a prepared directory (``info.json``) or, for an
     MSD directory (``dataset.json``), every training case when ``split`` is ``all``."""
-    if (source / "info.json").is_file():
+    if (source / RunFile.PREPARED_INFO).is_file():
         from distmis.data import load_manifest
 
         manifest = load_manifest(source)
         splits = manifest.info.get("splits", {})
         if split not in splits:
-            raise DataError(f"--split {split}: {source / 'info.json'} has no such split; it has {sorted(splits)}")
+            raise DataError(
+                f"--split {split}: {source / RunFile.PREPARED_INFO} has no such split; it has {sorted(splits)}"
+            )
         ids = list(splits[split].get("cases", []))
         if not ids:
-            raise DataError(f"{source / 'info.json'}: split {split!r} has no cases")
+            raise DataError(f"{source / RunFile.PREPARED_INFO}: split {split!r} has no cases")
         raw = Path(manifest.info["source"]["path"])
         dataset = read_dataset_json(raw, require_files=False)  # this split's files are checked per case
         by_id = {c.case_id: c for c in dataset.training}
@@ -380,9 +383,9 @@ def evaluate(
         summary["options"]["tta"] = options.mirrored(record)
         summary["seen_in_training"] = seen_in_training(record, [c.case_id for c in cases])
         if rows:
-            _write_csv(tmp / "metrics.csv", rows)
+            _write_csv(tmp / RunFile.METRICS, rows)
             plot_cases(record, scored[:MAX_PICTURED], tmp / "cases.png")
-        write_json_atomic(tmp / "summary.json", summary)
+        write_json_atomic(tmp / RunFile.SUMMARY, summary)
     result = EvaluationResult(out, rows, summary, failed, outcomes=outcomes)
     if track and rows:
         result.mlflow_run_id = log_evaluation(model_dir, out, summary)
@@ -392,14 +395,13 @@ def evaluate(
 # --------------------------------------------------------------------------- MLflow
 def search_tracking(model_dir: Path) -> dict[str, Any] | None:
     """The MLflow runs a model directory came from: ``<search>/best`` or ``<search>/trials/<id>/best``."""
-    from distmis.tracking import STATE_FILE
 
     model_dir = model_dir.resolve()
     candidates: list[tuple[Path, str | None]] = [(model_dir.parent, None)]
     if len(model_dir.parents) > 2 and model_dir.parents[1].name == "trials":
         candidates.append((model_dir.parents[2], model_dir.parent.name))
     for search_dir, trial in candidates:
-        state = search_dir / STATE_FILE
+        state = search_dir / RunFile.MLFLOW_STATE
         if state.is_file():
             data = json.loads(state.read_text(encoding="utf-8"))
             if "parent_run_id" not in data:
@@ -419,24 +421,28 @@ def log_evaluation(model_dir: Path, out: Path, summary: dict[str, Any]) -> str |
     if info is None:
         return None
     try:
-        from distmis.tracking import mlflow_client, reattach_uri
+        from distmis.tracking import mlflow_client, reattach_uri, start_run
 
         client = mlflow_client(reattach_uri(info["tracking_uri"], None, None, model_dir))
         tags = {
-            "mlflow.parentRunId": info["parent_run_id"],
-            "distmis.kind": "evaluation",
-            "distmis.model_dir": str(model_dir.resolve()),
-            "distmis.split": summary["split"],
+            Tag.KIND: "evaluation",
+            Tag.MODEL_DIR: str(model_dir.resolve()),
+            Tag.SPLIT: summary["split"],
         }
         if info.get("trial_run_id"):
-            tags["distmis.trial_run_id"] = info["trial_run_id"]
+            tags[Tag.TRIAL_RUN_ID] = info["trial_run_id"]
         seen = summary.get("seen_in_training", {})
-        tags["distmis.cases_seen_in_training"] = str(len(seen.get("trained_on", [])))
-        tags["distmis.cases_seen_in_validation"] = str(len(seen.get("validated_on", [])))
-        run = client.create_run(info["experiment_id"], run_name=f"evaluate-{summary['split']}", tags=tags)
-        run_id = run.info.run_id
-        for key, value in summary["options"].items():
-            client.log_param(run_id, f"predict.{key}", json.dumps(value) if isinstance(value, list) else value)
+        tags[Tag.CASES_SEEN_IN_TRAINING] = str(len(seen.get("trained_on", [])))
+        tags[Tag.CASES_SEEN_IN_VALIDATION] = str(len(seen.get("validated_on", [])))
+        params = {f"predict.{k}": json.dumps(v) if isinstance(v, list) else v for k, v in summary["options"].items()}
+        run_id = start_run(
+            client,
+            info["experiment_id"],
+            f"evaluate-{summary['split']}",
+            tags=tags,
+            params=params,
+            parent_run_id=info["parent_run_id"],
+        )
         for key, value in summary.get("timing", {}).items():
             client.log_metric(run_id, key, value)
         for metric, stats in summary["metrics"].items():
@@ -445,7 +451,7 @@ def log_evaluation(model_dir: Path, out: Path, summary: dict[str, Any]) -> str |
                     client.log_metric(run_id, f"{metric}_{stat}", stats[stat])
         client.log_metric(run_id, "cases_scored", summary["scored"])
         client.log_metric(run_id, "cases_failed", len(summary["failed"]))
-        for name in ("metrics.csv", "summary.json", "cases.png"):
+        for name in (RunFile.METRICS, RunFile.SUMMARY, "cases.png"):
             if (out / name).is_file():
                 client.log_artifact(run_id, str(out / name))
         client.set_terminated(run_id, "FINISHED")

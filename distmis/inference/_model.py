@@ -14,69 +14,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, StrictStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from distmis.documents import load_json_document
 from distmis.exceptions import ConfigError, InferenceError
+from distmis.schema import RunFile
 
 if TYPE_CHECKING:
     import keras
 
     from distmis.config import ExperimentConfig
 
-REQUIRED = ("config.yaml", "weights.npz", "preprocessing.json")
-
-
-class _ChannelNormalisation(BaseModel):
-    """One channel's recorded normalisation (CT: its clip range, mean and standard deviation)."""
-
-    model_config = ConfigDict(extra="allow")
-    scheme: Literal["zscore", "ct", "none"]
-    clip: tuple[FiniteFloat, FiniteFloat] | None = None
-    mean: FiniteFloat | None = None
-    std: FiniteFloat | None = Field(None, gt=0)
-
-    @model_validator(mode="after")
-    def _ct_complete(self) -> _ChannelNormalisation:
-        if self.scheme == "ct" and (self.clip is None or self.mean is None or self.std is None):
-            raise ValueError("a ct channel needs clip, mean and std")
-        return self
-
-
-class _Preprocessing(BaseModel):
-    """The structure of ``preprocessing.json``: what inference must redo to raw scans."""
-
-    model_config = ConfigDict(extra="allow")
-    channels: int = Field(ge=1)
-    modalities: list[StrictStr]
-    labels: dict[str, StrictStr] = {}
-    label_mode: Literal["binary", "multiclass", "regions"]
-    num_classes: int = Field(ge=1)
-    regions: dict[str, list[int]] | None = None
-    normalisation: StrictStr
-    #: per channel (older models: none, and every channel is z-scored per case)
-    channel_normalisation: list[_ChannelNormalisation] | None = None
-    resize: Literal["crop_pad", "resample"]
-    shape: tuple[int, int, int]
-
-    @model_validator(mode="after")
-    def _consistent(self) -> _Preprocessing:
-        if any(s < 1 for s in self.shape):
-            raise ValueError(f"shape must be 3 positive integers, got {list(self.shape)}")
-        if len(self.modalities) != self.channels:
-            raise ValueError(f"channels {self.channels} but {len(self.modalities)} modalities")
-        if self.channel_normalisation is not None and len(self.channel_normalisation) != self.channels:
-            raise ValueError(
-                f"channel_normalisation has {len(self.channel_normalisation)} entries for {self.channels} channels"
-            )
-        if (self.label_mode == "binary") != (self.num_classes == 1) and self.label_mode != "regions":
-            raise ValueError(f"label_mode {self.label_mode!r} does not go with num_classes {self.num_classes}")
-        if self.label_mode == "regions" and len(self.regions or {}) != self.num_classes:
-            raise ValueError(
-                f"label_mode 'regions' needs one region per output channel ({self.num_classes}), "
-                f"got regions {self.regions}"
-            )
-        return self
+REQUIRED = (RunFile.CONFIG, RunFile.WEIGHTS, RunFile.PREPROCESSING)
 
 
 @dataclass(frozen=True)
@@ -126,9 +75,6 @@ class ModelRecord:
         return 2 ** (self.config.model.depth - 1)
 
 
-ENSEMBLE = "ensemble.json"
-
-
 class _Mask(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: StrictStr
@@ -161,13 +107,14 @@ def read_model_record(directory: str | Path) -> ModelRecord:
         raise InferenceError(
             f"{directory}: not a model directory (expected best/ of a run or search, or final/ of a finalize)"
         )
-    if (directory / ENSEMBLE).is_file():
+    if (directory / RunFile.ENSEMBLE).is_file():
         return _read_ensemble(directory)
     return _read_single(directory)
 
 
 def _read_single(directory: Path) -> ModelRecord:
     from distmis.config import load_config
+    from distmis.data import ModelPreprocessing
 
     missing = [name for name in REQUIRED if not (directory / name).is_file()]
     if missing:
@@ -176,12 +123,14 @@ def _read_single(directory: Path) -> ModelRecord:
             "(written by distmis train / tune into best/)"
         )
     try:
-        config = load_config(directory / "config.yaml")
+        config = load_config(directory / RunFile.CONFIG)
     except ConfigError as exc:
-        raise InferenceError(f"{directory / 'config.yaml'}: {exc}") from None
-    _check_archive(directory / "weights.npz")
-    path = directory / "preprocessing.json"
-    record = load_json_document(_Preprocessing, path, error=InferenceError, what="a preprocessing record").model_dump()
+        raise InferenceError(f"{directory / RunFile.CONFIG}: {exc}") from None
+    _check_archive(directory / RunFile.WEIGHTS)
+    path = directory / RunFile.PREPROCESSING
+    record = load_json_document(
+        ModelPreprocessing, path, error=InferenceError, what="a preprocessing record"
+    ).model_dump()
     return ModelRecord(directory=directory, config=config, preprocessing=record)
 
 
@@ -212,18 +161,18 @@ def _check_archive(path: Path) -> None:
 
 
 def _read_ensemble(directory: Path) -> ModelRecord:
-    spec = load_json_document(_Ensemble, directory / ENSEMBLE, error=InferenceError, what="an ensemble record")
+    spec = load_json_document(_Ensemble, directory / RunFile.ENSEMBLE, error=InferenceError, what="an ensemble record")
     members: list[ModelRecord] = []
     repeated = sorted({name for name in spec.members if spec.members.count(name) > 1})
     if repeated:
         raise InferenceError(
-            f"{directory / ENSEMBLE}: member {repeated[0]!r} is listed more than once; each member counts once in the "
+            f"{directory / RunFile.ENSEMBLE}: member {repeated[0]!r} is listed more than once; each member counts once in the "
             "average (a repeated one would silently get double weight)"
         )
     for name in spec.members:
         where = (directory / name).resolve()
         if directory.resolve() not in where.parents:
-            raise InferenceError(f"{directory / ENSEMBLE}: member {name!r} lies outside the model directory")
+            raise InferenceError(f"{directory / RunFile.ENSEMBLE}: member {name!r} lies outside the model directory")
         if not where.is_dir():
             raise InferenceError(f"{directory / name}: a member of the ensemble {directory} is missing")
         members.append(_read_single(directory / name))
@@ -268,7 +217,7 @@ def build_model(record: ModelRecord) -> keras.Model:
         num_classes=record.num_classes,
         activation="softmax" if record.preprocessing["label_mode"] == "multiclass" else "sigmoid",
     )
-    path = record.directory / "weights.npz"
+    path = record.directory / RunFile.WEIGHTS
     try:
         assign_by_path(model.weights, load_arrays(path), prefix="model/", source=str(path))
     except TrainingError as exc:
@@ -278,8 +227,8 @@ def build_model(record: ModelRecord) -> keras.Model:
 
 def build_models(record: ModelRecord) -> list[keras.Model]:
     """Every model whose outputs are averaged: the model itself, or an ensemble's members (all
-    kept loaded: measured in ``benchmarks/predict.py``, reloading a member per cube batch costs
-    far more time than the few MB a 3D U-Net's weights take)."""
+    kept loaded: reloading a member per cube batch costs far more time than the few MB a 3D
+    U-Net's weights take; ``benchmarks/predict.py`` measures it)."""
     return [build_model(single) for single in record.singles]
 
 

@@ -6,13 +6,12 @@ from distmis.model._losses import (
     dice_loss,
     dice_score,
     get_loss,
-    hard_prediction,
     iou_score,
     resolve_loss,
     soft_dice,
 )
 from distmis.model._optimizers import build_optimizer
-from distmis.model._schedules import SCHEDULES, learning_rate_at, learning_rate_schedule
+from distmis.model._schedules import SCHEDULES, learning_rate_schedule
 from distmis.model._unet import build_unet
 from distmis.model._windows import cube_origins, gaussian_weight, window_starts
 
@@ -28,9 +27,7 @@ __all__ = [
     "dice_loss",
     "dice_score",
     "get_loss",
-    "hard_prediction",
     "iou_score",
-    "learning_rate_at",
     "learning_rate_schedule",
     "resolve_loss",
     "soft_dice",

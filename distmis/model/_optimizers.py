@@ -1,4 +1,4 @@
-"""Optimisers from config (the prototype's search dimensions: lr, beta_2, amsgrad)."""
+"""Optimisers from config: Adam (lr, beta_2, amsgrad: the dimensions a search varies most), SGD, AdamW."""
 
 from __future__ import annotations
 

@@ -18,25 +18,11 @@ SCHEDULES = ("constant", "poly", "cosine")
 POLY_EXPONENT = 0.9
 
 
-def learning_rate_at(
-    step: float, *, kind: str, peak: float, start: float, warmup_steps: int, total_steps: int
-) -> float:
-    """The learning rate of update ``step`` (0-based), in plain Python (tests, plots)."""
-    if warmup_steps and step < warmup_steps:
-        return start + (peak - start) * (step + 1) / warmup_steps
-    t = (step - warmup_steps) / max(1, total_steps - warmup_steps)
-    t = min(max(t, 0.0), 1.0)
-    if kind == "poly":
-        return peak * (1.0 - t) ** POLY_EXPONENT
-    if kind == "cosine":
-        return peak * 0.5 * (1.0 + math.cos(math.pi * t))
-    return peak
-
-
 def learning_rate_schedule(
     *, kind: str, peak: float, start: float, warmup_steps: int, total_steps: int
 ) -> Any:  # keras.optimizers.schedules.LearningRateSchedule | float
-    """A Keras schedule for :func:`learning_rate_at`; a plain float when nothing varies.
+    """The Keras schedule of a run: a linear warm-up, then constant, poly or cosine decay; a plain
+    float when nothing varies.
 
     Args:
         kind: ``constant``, ``poly`` or ``cosine`` (after the warm-up).
@@ -54,9 +40,17 @@ def learning_rate_schedule(
 
 @functools.cache
 def _schedule_class() -> type:
-    """Built once, lazily: Keras is imported only when a model is trained."""
+    """Built once, lazily (Keras is imported only when a model is trained), and registered with Keras
+    so that an optimiser's saved configuration names it.
+
+    One class rather than Keras's ``CosineDecay`` and ``PolynomialDecay``: ``PolynomialDecay`` has no
+    warm-up, and ``CosineDecay``'s reaches the peak one update later than this one does, so
+    switching would change every run's learning rates, and with them the recorded learning curves
+    (``benchmarks/curves``) that simulations replay.
+    """
     import keras
 
+    @keras.saving.register_keras_serializable(package="distmis")
     class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
         """Linear warm-up to ``peak``, then constant, poly or cosine decay (see the module docstring)."""
 
@@ -93,4 +87,4 @@ def _schedule_class() -> type:
     return WarmupDecay
 
 
-__all__ = ["SCHEDULES", "learning_rate_at", "learning_rate_schedule"]
+__all__ = ["SCHEDULES", "learning_rate_schedule"]

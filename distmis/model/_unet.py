@@ -1,7 +1,7 @@
 """3D U-Net (Çiçek et al., 2016) as a Keras 3 functional model.
 
-Normalisation is always over the channel axis (-1, channels-last). The prototype normalised
-the wrong axis and its group normalisation crashed for 8 filters; here ``instance`` is group
+Normalisation is always over the channel axis (-1, channels-last), whatever the layer: over
+any other axis it would mix voxels, not channels. ``instance`` is group
 normalisation with one channel per group, ``group`` checks that ``groups`` divides the
 filters before building, and ``sync_batch`` synchronises batch statistics across the
 replicas of a data-parallel trial.

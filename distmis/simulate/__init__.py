@@ -4,7 +4,7 @@ from distmis.simulate._curves import Curve, CurveError, CurveTable, read_table, 
 from distmis.simulate._engine import SearchRun, StartupCosts, simulate_search
 from distmis.simulate._from_search import curves_of_search, read_curves
 from distmis.simulate._report import analyse, finite_json, fmt_stat, plot, quartiles, table_text
-from distmis.simulate._run import method_of, run_simulation, with_seed
+from distmis.simulate._run import run_simulation
 from distmis.simulate._surrogate import LeaveOneOut, NearestCurves
 
 __all__ = [
@@ -19,7 +19,6 @@ __all__ = [
     "curves_of_search",
     "finite_json",
     "fmt_stat",
-    "method_of",
     "plot",
     "quartiles",
     "read_curves",
@@ -28,6 +27,5 @@ __all__ = [
     "simulate_search",
     "table_text",
     "typed_for",
-    "with_seed",
     "write_table",
 ]

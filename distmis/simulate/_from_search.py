@@ -9,22 +9,14 @@ from __future__ import annotations
 
 import bisect
 import csv
-import math
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from distmis.documents import read_json
+from distmis.documents import finite_or_none, read_json
+from distmis.schema import RunFile
 from distmis.simulate._curves import METRIC_PREFIX, Curve, CurveError, CurveTable
-
-
-def _float(text: Any) -> float | None:
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
 
 
 def _epochs(path: Path) -> list[dict[str, str]]:
@@ -36,14 +28,14 @@ def _epochs(path: Path) -> list[dict[str, str]]:
 
 def _cold_starts(search: Path) -> dict[str, float]:
     """Each trial's slot cold start (``group_startup_seconds`` of ``results.csv``), where recorded."""
-    path = search / "results.csv"
+    path = search / RunFile.RESULTS
     if not path.is_file():
         return {}
     with open(path, encoding="utf-8", newline="") as fh:
         return {
             row["trial_id"]: value
             for row in csv.DictReader(fh)
-            if (value := _float(row.get("group_startup_seconds"))) is not None
+            if (value := finite_or_none(row.get("group_startup_seconds"))) is not None
         }
 
 
@@ -54,18 +46,18 @@ FIXED_PHASES = ("checks", "data", "ray_and_tracking_start", "tuner_setup")
 def _fixed_seconds(search: Path) -> float | None:
     """The search's time before its first trial, from its ``timings.json``, where recorded."""
     try:
-        timings = read_json(search / "timings.json", error=CurveError, what="search timings")
+        timings = read_json(search / RunFile.TIMINGS, error=CurveError, what="search timings")
     except CurveError:
         return None
     if not isinstance(timings, dict):
         return None
-    phases = [_float(timings.get(p)) for p in FIXED_PHASES]
+    phases = [finite_or_none(timings.get(p)) for p in FIXED_PHASES]
     return sum(p for p in phases if p is not None) if any(p is not None for p in phases) else None
 
 
 def _training_seed(trial_dir: Path) -> int:
     try:
-        doc = yaml.safe_load((trial_dir / "config.yaml").read_text(encoding="utf-8")) or {}
+        doc = yaml.safe_load((trial_dir / RunFile.CONFIG).read_text(encoding="utf-8")) or {}
         return int(doc.get("train", {}).get("seed", 0))
     except (OSError, yaml.YAMLError, TypeError, ValueError, AttributeError):
         return 0
@@ -82,14 +74,14 @@ def curves_of_search(search: str | Path) -> tuple[CurveTable, int]:
         CurveError: not a finished search (no ``summary.json`` with trials).
     """
     search = Path(search)
-    summary = read_json(search / "summary.json", error=CurveError, what="search summary")
+    summary = read_json(search / RunFile.SUMMARY, error=CurveError, what="search summary")
     detail = summary.get("trials_detail") if isinstance(summary, dict) else None
     if not isinstance(detail, list) or not detail:
         raise CurveError(f"{search}: not a finished search (summary.json lists no trials)")
     cold = _cold_starts(search)
     fixed = _fixed_seconds(search)
     trials = sorted(
-        (t for t in detail if isinstance(t, dict) and _float(t.get("started_at")) is not None),
+        (t for t in detail if isinstance(t, dict) and finite_or_none(t.get("started_at")) is not None),
         key=lambda t: float(t["started_at"]),
     )
     ends: list[float] = []  # ends of finished trials, sorted: the moments a slot was freed
@@ -97,11 +89,11 @@ def curves_of_search(search: str | Path) -> tuple[CurveTable, int]:
     left_out = 0
     for t in trials:
         tid, started = str(t["trial_id"]), float(t["started_at"])
-        rows = _epochs(search / "trials" / tid / "metrics.csv")
-        finished = _float(t.get("finished_at"))
+        rows = _epochs(search / RunFile.TRIALS_DIR / tid / RunFile.METRICS)
+        finished = finite_or_none(t.get("finished_at"))
         if finished is not None:
             bisect.insort(ends, finished)
-        curve = _curve(t, rows, search / "trials" / tid)
+        curve = _curve(t, rows, search / RunFile.TRIALS_DIR / tid)
         if curve is None or t.get("status") != "TERMINATED":
             left_out += 1
             continue
@@ -128,9 +120,9 @@ def _curve(trial: dict[str, Any], rows: list[dict[str, str]], trial_dir: Path) -
     values: dict[str, list[float]] = {m: [] for m in metrics}
     seconds: list[float] = []
     for row in rows:
-        numbers = {m: _float(row.get(m)) for m in metrics}
-        took = _float(row.get("epoch_seconds"))
-        if took is None or any(v is None for v in numbers.values()) or _float(row.get("finished_at")) is None:
+        numbers = {m: finite_or_none(row.get(m)) for m in metrics}
+        took = finite_or_none(row.get("epoch_seconds"))
+        if took is None or any(v is None for v in numbers.values()) or finite_or_none(row.get("finished_at")) is None:
             return None
         seconds.append(took)
         for m, v in numbers.items():

@@ -16,6 +16,7 @@ from typing import Any
 
 from distmis.config import ExperimentConfig, load_config
 from distmis.files import OutputClaim, check_output, write_text_atomic
+from distmis.schema import RunFile
 from distmis.simulate._curves import CurveError, CurveTable, typed_for
 from distmis.simulate._engine import SearchRun, StartupCosts, simulate_search
 from distmis.simulate._from_search import read_curves
@@ -122,7 +123,7 @@ def run_simulation(
             **analysis,
             "curves_by_seed": {m: {s: r.events for s, r in by_seed.items()} for m, by_seed in runs.items()},
         }
-        write_text_atomic(out / "summary.json", json.dumps(finite_json(summary), indent=1) + "\n")
+        write_text_atomic(out / RunFile.SUMMARY, json.dumps(finite_json(summary), indent=1) + "\n")
         write_text_atomic(out / "summary.md", text + "\n")
         plot(
             as_dicts,
@@ -132,26 +133,22 @@ def run_simulation(
             title=f"Simulated, {workers} workers: median, IQR shaded",
         )
     print(text)
-    print(f"\n{out / 'summary.md'}, {out / 'summary.json'}, {out / 'best_so_far.png'}", flush=True)
+    print(f"\n{out / 'summary.md'}, {out / RunFile.SUMMARY}, {out / 'best_so_far.png'}", flush=True)
     return summary
 
 
 def _simulate_all(
     methods: list[Method], *, workers: int, seeds: int, match_training_seed: bool
 ) -> tuple[dict[str, dict[int, SearchRun]], float]:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from distmis.console import console
+    from distmis.console import progress_bar
 
     runs: dict[str, dict[int, SearchRun]] = {m.name: {} for m in methods}
     start = time.perf_counter()
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console()
-    ) as progress:
-        task = progress.add_task(f"simulating {len(methods)} search(es) x {seeds} seed(s)", total=len(methods) * seeds)
+    total = len(methods) * seeds
+    with progress_bar(f"simulating {len(methods)} search(es) x {seeds} seed(s)") as update:
         for m in methods:
             for seed in range(seeds):
-                progress.update(task, description=f"{m.name} seed {seed}")
+                update(sum(map(len, runs.values())), total, description=f"{m.name} seed {seed}")
                 runs[m.name][seed] = simulate_search(
                     with_seed(m.config, seed),
                     m.surrogate,
@@ -160,7 +157,7 @@ def _simulate_all(
                     seed=seed,
                     match_training_seed=match_training_seed,
                 )
-                progress.advance(task)
+        update(total, total)
     return runs, time.perf_counter() - start
 
 

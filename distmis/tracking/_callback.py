@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,16 +24,26 @@ from distmis.metrics import (
     WARM,
     is_class_metric,
 )
+from distmis.schema import RunFile, Tag
 from distmis.space import sampled_params
 from distmis.tracking._mlflow import SearchTracker, flatten
 from distmis.tracking._plots import import_plotting
 
 
 class MlflowTrialCallback(Callback):
-    def __init__(self, tracker: SearchTracker, *, base_config: dict[str, Any], epochs: int) -> None:
+    def __init__(
+        self,
+        tracker: SearchTracker,
+        *,
+        base_config: dict[str, Any],
+        epochs: int,
+        label: Callable[[dict[str, Any]], str] | None = None,
+    ) -> None:
         self.tracker = tracker
         self.base_config = base_config
         self.epochs = epochs
+        #: the trial's MLflow run name from its config (a finalize's ``c0/fold1``); else Tune's trial id
+        self.label = label
 
     def _params(self, trial: Any) -> dict[str, str]:
         from distmis.config import ExperimentConfig, apply_params
@@ -43,7 +54,7 @@ class MlflowTrialCallback(Callback):
 
     def _tags(self) -> dict[str, str]:
         par = self.base_config["parallelism"]
-        tags = {"distmis.parallelism_mode": par["mode"], "distmis.workers_per_trial": str(par["workers_per_trial"])}
+        tags = {Tag.PARALLELISM_MODE: par["mode"], Tag.WORKERS_PER_TRIAL: str(par["workers_per_trial"])}
         try:
             import ray
 
@@ -60,9 +71,9 @@ class MlflowTrialCallback(Callback):
         searched = sampled_params(trial.config or {})  # grid / fixed points: the point's names, not "grid_point"
         self.tracker.trial_started(
             trial.trial_id,
-            trial.trial_id,
+            self.label(trial.config or {}) if self.label else trial.trial_id,
             self._params(trial),
-            {**self._tags(), "distmis.searched": ", ".join(sorted(searched))},
+            {**self._tags(), Tag.SEARCHED: ", ".join(sorted(searched))},
         )
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
@@ -74,10 +85,10 @@ class MlflowTrialCallback(Callback):
             self.tracker.trial_tags(
                 trial.trial_id,
                 {
-                    "distmis.group_startup_seconds": repr(float(result.get(GROUP_STARTUP, 0.0))),
-                    "distmis.warm": str(bool(result.get(WARM))).lower(),
-                    "distmis.overhead_seconds": repr(overhead),
-                    "distmis.slot": str(result.get(PID, "")),
+                    Tag.GROUP_STARTUP_SECONDS: repr(float(result.get(GROUP_STARTUP, 0.0))),
+                    Tag.WARM: str(bool(result.get(WARM))).lower(),
+                    Tag.OVERHEAD_SECONDS: repr(overhead),
+                    Tag.SLOT: str(result.get(PID, "")),
                 },
             )
         metrics = {k: result[k] for k in TRACKED if k in result}
@@ -94,17 +105,17 @@ class MlflowTrialCallback(Callback):
         if last.get(FAILURE):  # its configuration could not be trained: reported once, as a failure
             status = "FAILED"
         tags = {
-            "distmis.status": "ERROR" if status == "FAILED" else "TERMINATED",
-            "distmis.epochs": str(epochs),
-            "distmis.stopped_early": str(status != "FAILED" and epochs < self.epochs).lower(),
+            Tag.STATUS: "ERROR" if status == "FAILED" else "TERMINATED",
+            Tag.EPOCHS: str(epochs),
+            Tag.STOPPED_EARLY: str(status != "FAILED" and epochs < self.epochs).lower(),
         }
         if last.get(FAILURE):
-            tags["distmis.error"] = str(last[FAILURE])[:500]
+            tags[Tag.ERROR] = str(last[FAILURE])[:500]
         # measured trial interval (Unix seconds): timelines and time-to-target from MLflow alone
-        for key, tag in ((STARTED_AT, "distmis.started_at"), (REPORTED_AT, "distmis.finished_at")):
+        for key, tag in ((STARTED_AT, Tag.STARTED_AT), (REPORTED_AT, Tag.FINISHED_AT)):
             if last.get(key):
                 tags[tag] = repr(float(last[key]))
-        best = Path(self.tracker.out) / "trials" / trial.trial_id / "best"
+        best = Path(self.tracker.out) / RunFile.TRIALS_DIR / trial.trial_id / "best"
         self.tracker.trial_finished(trial.trial_id, status=status, tags=tags, best_dir=best)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:

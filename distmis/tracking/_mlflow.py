@@ -9,7 +9,7 @@ Robustness, because a search must never die, slow down or lose data for its trac
 * nothing talks to MLflow on the driver's critical path: the callback only appends to an
   ordered queue, and a background sender thread delivers it, with exponential back-off while
   the server is unreachable or hangs (a host that accepts connections and never answers
-  used to stall Tune's scheduling for a 10 s timeout per call);
+  would otherwise stall Tune's scheduling for a timeout per call);
 * the queue is kept on disk (``<out>/mlflow_pending.json``) until each operation is
   delivered, so nothing is lost even if the driver dies; a warning is printed once;
 * the trial -> run mapping and the last logged epoch per trial live in ``<out>/mlflow.json``,
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
 from pathlib import Path
@@ -31,11 +30,10 @@ from distmis.console import notify
 from distmis.exceptions import TrackingError
 from distmis.files import write_json_atomic
 from distmis.redact import redact, redact_uri
-from distmis.tracking._uri import experiment_id, mlflow_client
+from distmis.schema import RunFile, Tag
+from distmis.tracking._uri import experiment_id, mlflow_client, start_run
 from distmis.waits import call_within, priority_lowered
 
-STATE_FILE = "mlflow.json"
-PENDING_FILE = "mlflow_pending.json"
 #: back-off between delivery attempts while MLflow does not answer (seconds, doubling)
 BACKOFF_START, BACKOFF_MAX = 1.0, 30.0
 #: retry interval while the end of a search waits for the queue (seconds)
@@ -90,7 +88,7 @@ class _Channel:
         self._save_warned = False
         self.backoff = 0.0
         self.blocked_seconds = 0.0  # time callers spent waiting on this channel (should stay ~0)
-        state_path, pending_path = out / STATE_FILE, out / PENDING_FILE
+        state_path, pending_path = out / RunFile.MLFLOW_STATE, out / RunFile.MLFLOW_PENDING
         self.state: dict[str, Any] = json.loads(state_path.read_text()) if state_path.is_file() else {"trials": {}}
         self.queue: list[dict[str, Any]] = json.loads(pending_path.read_text()) if pending_path.is_file() else []
 
@@ -105,8 +103,8 @@ class _Channel:
         memory, said once) and is retried at the next save."""
         with self.lock:
             try:
-                write_json_atomic(self.out / STATE_FILE, self.state)
-                pending = self.out / PENDING_FILE
+                write_json_atomic(self.out / RunFile.MLFLOW_STATE, self.state)
+                pending = self.out / RunFile.MLFLOW_PENDING
                 if self.queue:
                     write_json_atomic(pending, self.queue)
                 elif pending.exists():
@@ -175,7 +173,7 @@ class _Channel:
                         notify(
                             f"distmis: warning: MLflow at {redact_uri(self.uri)} is unreachable "
                             f"({type(exc).__name__}: {redact(str(exc).splitlines()[0][:200] if str(exc) else '')}); "
-                            f"training goes on, tracking is queued in {self.out / PENDING_FILE} and sent when the "
+                            f"training goes on, tracking is queued in {self.out / RunFile.MLFLOW_PENDING} and sent when the "
                             "server is back"
                         )
                         self._warned = True
@@ -243,10 +241,9 @@ class _Channel:
             with self.lock:
                 trial = self.state["trials"][op["trial"]]
                 run_id = trial.get("run_id")
-                tags = {"mlflow.parentRunId": self.state["parent_run_id"], **op["tags"]}
-                exp = self.state["experiment_id"]
+                parent, exp = self.state["parent_run_id"], self.state["experiment_id"]
             if not run_id:
-                run_id = self.client.create_run(exp, run_name=op["name"], tags=tags).info.run_id
+                run_id = start_run(self.client, exp, op["name"], tags=op["tags"], parent_run_id=parent)
                 with self.lock:
                     trial["run_id"] = run_id
                     self.save()  # the mapping first: a retry or a crash now must not create the run twice
@@ -341,8 +338,6 @@ class SearchTracker:
         Raises:
             TrackingError: the tracking store cannot be reached or used, before any training.
         """
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
         if self.state.get("parent_run_id"):
             try:
                 call_within(START_SECONDS, lambda: self.client.get_run(self.state["parent_run_id"]))
@@ -351,16 +346,14 @@ class SearchTracker:
                     f"MLflow at {redact_uri(self.uri)}: cannot reattach to parent run "
                     f"{self.state['parent_run_id']}: {redact(str(exc).splitlines()[0][:300])}"
                 ) from None
-            self._submit(
-                {"op": "tags", "run": "parent", "tags": {"distmis.resumed_at": time.strftime("%Y-%m-%dT%H:%M:%S")}}
-            )
+            self._submit({"op": "tags", "run": "parent", "tags": {Tag.RESUMED_AT: time.strftime("%Y-%m-%dT%H:%M:%S")}})
             self._submit({"op": "update", "run": "parent", "fields": {"status": "RUNNING"}})
             return self.state["parent_run_id"]
 
         def create() -> tuple[str, Any]:
             exp_id = experiment_id(self.client, self.uri, self.experiment)
             name = run_name or self.experiment
-            return exp_id, self.client.create_run(exp_id, run_name=name, tags={"distmis.role": "search", **tags})
+            return exp_id, start_run(self.client, exp_id, name, tags={Tag.ROLE: "search", **tags})
 
         try:
             exp_id, parent = call_within(START_SECONDS, create, name="distmis-mlflow-start")
@@ -377,14 +370,14 @@ class SearchTracker:
                     "tracking_uri": redact_uri(self.uri),
                     "experiment": self.experiment,
                     "experiment_id": exp_id,
-                    "parent_run_id": parent.info.run_id,
+                    "parent_run_id": parent,
                 }
             )
             self.channel.save()
         self._submit({"op": "params", "run": "parent", "params": params})
         for path in artifacts:
             self._submit({"op": "artifacts", "run": "parent", "path": str(path)})
-        return parent.info.run_id
+        return parent
 
     def trial_started(self, trial_id: str, name: str, params: dict[str, str], tags: dict[str, str]) -> None:
         with self.channel.lock:
@@ -397,7 +390,7 @@ class SearchTracker:
                 "trial": trial_id,
                 "name": name,
                 "params": params,
-                "tags": {"distmis.trial_id": trial_id, **tags},
+                "tags": {Tag.TRIAL_ID: trial_id, **tags},
             }
         )
 
@@ -429,9 +422,7 @@ class SearchTracker:
         killed and not yet in Tune's snapshot; ``--resume`` samples a new trial instead)."""
         abandoned = [t for t, v in self.state["trials"].items() if t not in known_trials and not v.get("finished")]
         for trial_id in abandoned:
-            self._submit(
-                {"op": "tags", "run": trial_id, "tags": {"distmis.status": "ABANDONED", "distmis.abandoned": "true"}}
-            )
+            self._submit({"op": "tags", "run": trial_id, "tags": {Tag.STATUS: "ABANDONED", Tag.ABANDONED: "true"}})
             self._submit({"op": "terminate", "run": trial_id, "status": "KILLED"})
             with self.channel.lock:
                 self.state["trials"][trial_id]["finished"] = True

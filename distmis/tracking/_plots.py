@@ -1,8 +1,10 @@
 """Pictures of a finished search (PNG): learning curves and Optuna's study plots.
 
-Optuna's plots are drawn for every algorithm (grid and random too): the study is rebuilt in
-memory from the search's results as the search's sampler records it: a trial that trained every
-epoch is complete with its best value, one the scheduler stopped is pruned with its last.
+Optuna's plots are drawn from the study in the search's journal, as its sampler recorded it.
+A grid (Tune's own searcher) keeps no study: one is built in memory from the search's results,
+by the rule the Optuna searcher records trials with (a trial that trained every epoch is
+complete with its best value, one the scheduler stopped is pruned with its last), so that every
+algorithm gets the same pictures.
 """
 
 from __future__ import annotations
@@ -12,24 +14,16 @@ import csv
 import math
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from distmis.config import ExperimentConfig
 from distmis.files import atomic_file
 from distmis.metrics import LOSS
-from distmis.space import ParamSpec
+from distmis.schema import RunFile
+from distmis.space import ParamSpec, optuna_distribution
 
-
-def _distribution(spec: ParamSpec):  # noqa: ANN202
-    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
-
-    if spec.loguniform is not None:
-        return FloatDistribution(*spec.loguniform, log=True)
-    if spec.uniform is not None:
-        return FloatDistribution(*spec.uniform)
-    if spec.randint is not None:
-        return IntDistribution(spec.randint[0], spec.randint[1] - 1)
-    return CategoricalDistribution(list(spec.choice or []))
+if TYPE_CHECKING:
+    import optuna
 
 
 def _parse(value: str, spec: ParamSpec) -> Any:
@@ -49,7 +43,7 @@ def learning_curves(out: Path, rows: list[dict[str, str]], metric: str) -> Path:
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for r in rows:
-        path = out / "trials" / r["trial_id"] / "metrics.csv"
+        path = out / RunFile.TRIALS_DIR / r["trial_id"] / RunFile.METRICS
         if not path.is_file():
             continue
         with open(path) as fh:
@@ -79,29 +73,8 @@ def optuna_plots(out: Path, config: ExperimentConfig, rows: list[dict[str, str]]
     import matplotlib.pyplot as plt
     import optuna
 
-    metric, mode = config.search.metric, config.search.mode
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(direction="maximize" if mode == "max" else "minimize", study_name=config.name)
-    for r in rows:
-        pruned = r.get("stopped_early") == "True"
-        # as the search's sampler saw it: a finished trial's best value, a stopped one's last (pruned)
-        value = r.get(f"final_{metric}" if pruned else f"best_{metric}", "")
-        if r["status"] != "TERMINATED" or value in ("", "nan") or math.isnan(float(value)):
-            continue
-        params, dists = {}, {}
-        for name, spec in config.space.items():
-            if r.get(name, "") != "":
-                params[name], dists[name] = _parse(r[name], spec), _distribution(spec)
-        if pruned:
-            trial = optuna.trial.create_trial(
-                params=params,
-                distributions=dists,
-                state=optuna.trial.TrialState.PRUNED,
-                intermediate_values={int(r.get("epochs") or 1): float(value)},
-            )
-        else:
-            trial = optuna.trial.create_trial(params=params, distributions=dists, value=float(value))
-        study.add_trial(trial)
+    study = _journal_study(out, config) or _study_of_results(config, rows)
     if not study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
         return []  # nothing to draw: every trial failed or stopped (Optuna would only warn)
     made = []
@@ -128,15 +101,58 @@ def optuna_plots(out: Path, config: ExperimentConfig, rows: list[dict[str, str]]
     return made
 
 
+def _journal_study(out: Path, config: ExperimentConfig) -> optuna.Study | None:
+    """The study the search's Optuna searcher kept, or ``None`` (a grid keeps none)."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    journal = out / RunFile.JOURNAL
+    if journal.is_symlink() or not journal.is_file():
+        return None  # never read through a link: a grid's search has none
+    storage = JournalStorage(JournalFileBackend(str(journal)))
+    names = [s.study_name for s in storage.get_all_studies()]
+    if config.name not in names:
+        return None
+    return optuna.load_study(study_name=config.name, storage=storage)
+
+
+def _study_of_results(config: ExperimentConfig, rows: list[dict[str, str]]) -> optuna.Study:
+    """An in-memory study of a search without a journal, as the Optuna searcher would have recorded it."""
+    import optuna
+
+    metric, mode = config.search.metric, config.search.mode
+    study = optuna.create_study(direction="maximize" if mode == "max" else "minimize", study_name=config.name)
+    for r in rows:
+        pruned = r.get("stopped_early") == "True"
+        value = r.get(f"final_{metric}" if pruned else f"best_{metric}", "")
+        if r["status"] != "TERMINATED" or value in ("", "nan") or math.isnan(float(value)):
+            continue
+        params, dists = {}, {}
+        for name, spec in config.space.items():
+            if r.get(name, "") != "":
+                params[name], dists[name] = _parse(r[name], spec), optuna_distribution(spec)
+        if pruned:
+            trial = optuna.trial.create_trial(
+                params=params,
+                distributions=dists,
+                state=optuna.trial.TrialState.PRUNED,
+                intermediate_values={int(r.get("epochs") or 1): float(value)},
+            )
+        else:
+            trial = optuna.trial.create_trial(params=params, distributions=dists, value=float(value))
+        study.add_trial(trial)
+    return study
+
+
 def import_plotting() -> None:
     """Import matplotlib and Optuna's plotting, which :func:`search_plots` draws with; an error is left
     for :func:`search_plots` to raise, where the plots are drawn.
 
-    Why: those imports took 2.1 s of the 2.9 s a search spent on its plots (2 cores), after the
-    last trial, while the user waits. :class:`~distmis.tracking.PlottingPreload` calls this on a
-    thread at Tune's first step, when a core is idle. (Earlier places, measured: on the tracking
-    thread while Ray starts, it competed with Ray's processes for the CPU and delayed the start
-    by 0.6-0.9 s; on the first trial's report, the trials ran about 1 s slower.)
+    Why: those imports are most of what drawing the plots costs, after the last trial, while
+    the user waits. :class:`~distmis.tracking.PlottingPreload` calls this on a thread at Tune's
+    first step, when a core is idle: earlier it would compete with Ray's start for the CPU,
+    later with the trials.
     """
     with contextlib.suppress(Exception):
         import matplotlib
@@ -148,7 +164,7 @@ def import_plotting() -> None:
 
 
 def search_plots(out: Path, config: ExperimentConfig) -> list[Path]:
-    with open(out / "results.csv") as fh:
+    with open(out / RunFile.RESULTS) as fh:
         rows = list(csv.DictReader(fh))
     if not rows:
         return []

@@ -47,6 +47,9 @@ def mlflow_client(uri: str) -> Any:
     unreachable or unusable" at a search's start.
     """
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    # a server that does not answer is named within seconds, not after MLflow's minutes of retries
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # read when mlflow is imported
     # "Creating initial MLflow database tables..." on every new store: not for the console
     # nor its SQLAlchemy tracebacks when the store's disk is full: the sender retries and warns once
@@ -54,6 +57,32 @@ def mlflow_client(uri: str) -> Any:
     from mlflow.tracking import MlflowClient
 
     return MlflowClient(tracking_uri=uri)
+
+
+def start_run(
+    client: Any,
+    experiment: str,
+    name: str,
+    *,
+    tags: dict[str, str],
+    params: dict[str, str] | None = None,
+    parent_run_id: str | None = None,
+) -> str:
+    """Open a run (nested under ``parent_run_id`` when given) with its tags and parameters; its id.
+
+    Every run distmis opens goes through here: a search's and a compare's parent runs, a trial's,
+    finalize's and an evaluation's nested ones, so that nesting and parameters are written alike.
+    """
+    from mlflow.entities import Param
+
+    if parent_run_id:
+        tags = {"mlflow.parentRunId": parent_run_id, **tags}
+    run_id: str = client.create_run(experiment, run_name=name, tags=tags).info.run_id
+    if params:
+        items = [Param(k, str(v)) for k, v in params.items()]
+        for start in range(0, len(items), 100):  # MLflow takes at most 100 parameters per batch
+            client.log_batch(run_id, params=items[start : start + 100])
+    return run_id
 
 
 def artifact_root(uri: str, experiment: str) -> str | None:

@@ -5,19 +5,16 @@ from distmis.training._loop import Trainer, assign_by_path, load_arrays, save_ar
 from distmis.training._run import (
     BEST_DIR,
     CHECKPOINT_DIR,
-    METRICS_CSV,
     FitResult,
     RunSession,
     fit,
     format_epoch,
-    read_checkpoint_state,
 )
 from distmis.training._runtime import configure_tensorflow, release_in_background
 
 __all__ = [
     "BEST_DIR",
     "CHECKPOINT_DIR",
-    "METRICS_CSV",
     "EpochMetrics",
     "FitResult",
     "RunSession",
@@ -27,7 +24,6 @@ __all__ = [
     "fit",
     "format_epoch",
     "load_arrays",
-    "read_checkpoint_state",
     "release_in_background",
     "save_arrays",
 ]

@@ -2,8 +2,8 @@
 
 A Keras 3 custom training loop against ``tf.distribute.Strategy``: the default strategy for a
 single worker, ``MultiWorkerMirroredStrategy`` for a data-parallel trial. Keras 3's
-``model.fit`` fails under ``MultiWorkerMirroredStrategy`` (Ray issue #47464, TensorFlow
-#72388), and keeping one loop for both modes is what makes the parallelism comparison
+``model.fit`` fails under ``MultiWorkerMirroredStrategy`` (see Ray's and TensorFlow's issue
+trackers), and keeping one loop for both modes is what makes the parallelism comparison
 measure parallelism rather than two code paths.
 
 Per-example losses are averaged over the *global* batch (``tf.nn.compute_average_loss``) so

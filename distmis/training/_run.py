@@ -22,9 +22,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from distmis.config import ExperimentConfig, dump_config
-from distmis.data import CaseSplits, fold_view, load_manifest
+from distmis.data import ModelPreprocessing, fold_view, load_manifest
 from distmis.exceptions import TrainingError
-from distmis.files import atomic_directory, atomic_file, ensure_directory, open_nofollow, write_json_atomic
+from distmis.files import (
+    atomic_directory,
+    atomic_file,
+    ensure_directory,
+    open_nofollow,
+    write_json_atomic,
+    write_text_atomic,
+)
 from distmis.metrics import (
     DICE,
     LOSS,
@@ -35,6 +42,7 @@ from distmis.metrics import (
     class_metric,
     class_metrics,
 )
+from distmis.schema import RunFile
 from distmis.training._loop import Trainer, load_arrays, save_arrays
 
 if TYPE_CHECKING:
@@ -42,7 +50,6 @@ if TYPE_CHECKING:
 
 CHECKPOINT_DIR = "checkpoint"
 BEST_DIR = "best"
-METRICS_CSV = "metrics.csv"
 
 EpochCallback = Callable[[EpochMetrics, Path | None], bool | None]
 
@@ -61,21 +68,6 @@ def _better(metric: str, mode: str, new: float | None, old: float | None) -> boo
     if old is None or math.isnan(old):
         return True
     return new > old if mode == "max" else new < old
-
-
-def _preprocessing_record(manifest_info: dict[str, Any]) -> dict[str, Any]:
-    """What inference must redo to feed raw NIfTI to this model."""
-    return {
-        "modalities": manifest_info["modalities"],
-        "channels": manifest_info["channels"],
-        "labels": manifest_info["labels"],
-        "label_mode": manifest_info["label_mode"],
-        "num_classes": manifest_info["num_classes"],
-        "regions": manifest_info.get("regions"),
-        **manifest_info["preprocessing"],
-        # the cases this model trained on, chose its best epoch on, and never saw (evaluate says so)
-        "splits": CaseSplits.of_manifest(manifest_info).model_dump(),
-    }
 
 
 def _write_checkpoint(directory: Path, arrays: dict, state: dict) -> None:
@@ -150,7 +142,7 @@ class RunSession:
             self.restore(resume_from)  # first: a checkpoint that does not fit changes nothing on disk
         if is_chief:
             ensure_directory(self.run_dir, what="run directory")
-            dump_config(config, self.run_dir / "config.yaml")
+            dump_config(config, self.run_dir / RunFile.CONFIG)
 
     def write_history(self) -> None:
         """Write metrics.csv from the history (restored, or empty): after a restore the CSV
@@ -165,7 +157,7 @@ class RunSession:
         """
         if self._csv_matches_history or not self.is_chief:
             return
-        with atomic_file(self.run_dir / METRICS_CSV) as tmp, open(tmp, "w", newline="") as fh:
+        with atomic_file(self.run_dir / RunFile.METRICS) as tmp, open(tmp, "w", newline="") as fh:
             writer = csv.DictWriter(fh, fieldnames=self._fields, extrasaction="ignore")
             writer.writeheader()
             writer.writerows(self.history)
@@ -239,7 +231,7 @@ class RunSession:
         if improved:
             self.best_value, self.best = value, row
         if self.is_chief:
-            with open_nofollow(self.run_dir / METRICS_CSV, "a", newline="") as fh:
+            with open_nofollow(self.run_dir / RunFile.METRICS, "a", newline="") as fh:
                 csv.DictWriter(fh, fieldnames=self._fields, extrasaction="ignore").writerow(row)
             if improved:
                 self._write_best(arrays, row)
@@ -256,9 +248,10 @@ class RunSession:
 
     def _write_best(self, arrays: dict, row: dict[str, float]) -> None:
         with atomic_directory(self.run_dir / BEST_DIR, command="train (best model)", inside_own_output=True) as tmp:
-            save_arrays(tmp / "weights.npz", {k: v for k, v in arrays.items() if k.startswith("model/")})
-            dump_config(self.config, tmp / "config.yaml")
-            write_json_atomic(tmp / "preprocessing.json", _preprocessing_record(self.manifest.info))
+            save_arrays(tmp / RunFile.WEIGHTS, {k: v for k, v in arrays.items() if k.startswith("model/")})
+            dump_config(self.config, tmp / RunFile.CONFIG)
+            record = ModelPreprocessing.of_prepared(self.manifest.info)
+            write_text_atomic(tmp / RunFile.PREPROCESSING, record.model_dump_json(indent=1, exclude_none=True) + "\n")
             write_json_atomic(tmp / "metrics.json", row)
 
 

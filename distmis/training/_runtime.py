@@ -27,8 +27,8 @@ def release_in_background(owner: object, attribute: str) -> None:
     """Set ``owner.attribute`` to ``None`` and let its old value be torn down on a background thread.
 
     A finished trial's run (model, optimiser, traced steps, ``tf.data`` iterators under a
-    multi-worker strategy) took up to ~10 s to tear down, measured on a warm worker group; done
-    inline it delayed the next trial on the same slot by as much. The old value must have no
+    multi-worker strategy) can take seconds to tear down; done inline it would delay the next
+    trial on the same slot by as much. The old value must have no
     other reference, or it is torn down wherever that one is dropped.
     """
     import threading
@@ -53,8 +53,8 @@ def configure_tensorflow(threads: float | int | None) -> int | None:
         try:
             tf.config.threading.set_intra_op_parallelism_threads(n)
             # one inter-op thread more than the compute uses: the tf.data pipeline runs on this
-            # pool (no private pool, see data._loader), so input and compute overlap (measured:
-            # epochs ~25 % slower with inter-op = intra-op = 1, the input waiting for the step)
+            # pool (no private pool, see data._loader), so input and compute overlap instead of
+            # the input waiting for the step
             tf.config.threading.set_inter_op_parallelism_threads(min(2, n) + 1)
             applied = _threads = n
         except RuntimeError:  # runtime already initialised in this process

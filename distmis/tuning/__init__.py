@@ -2,15 +2,13 @@
 
 from distmis.tuning._interrupt import STOP_REQUESTED, stop_on_signals, stop_on_walltime_warning
 from distmis.tuning._phases import (
-    RaySession,
     Timings,
     alive_nodes,
-    ray_session,
     start_ray_and_tracking,
     tune_environment,
 )
 from distmis.tuning._progress import LiveProgress
-from distmis.tuning._results import SearchSummary, TrialRow, max_overlap, trial_rows
+from distmis.tuning._results import SearchSummary, TrialRow, trial_rows
 from distmis.tuning._resume import (
     check_resume_config,
     check_resumed_choices,
@@ -18,16 +16,14 @@ from distmis.tuning._resume import (
     mend_journal,
     read_recorded,
 )
-from distmis.tuning._search import experiment_dir, plan_concurrency, run_search
+from distmis.tuning._search import plan_concurrency, run_search
 from distmis.tuning._searcher import OptunaSearcher, build_sampler
 from distmis.tuning._storage import remove_partials, tune_storage
 from distmis.tuning._tracking import fail_search_tracking
 from distmis.tuning._trial import TrialContext, trainable_for
 from distmis.tuning._tuner import (
-    TUNE_DIR,
     build_tuner,
     fit_quietly,
-    planned_trials,
     scheduler,
     searcher,
     trial_context,
@@ -41,18 +37,14 @@ __all__ = [
     "mend_journal",
     "stop_on_walltime_warning",
     "stop_on_signals",
-    "TUNE_DIR",
-    "RaySession",
     "Timings",
     "TrialRow",
     "alive_nodes",
     "build_tuner",
-    "planned_trials",
     "scheduler",
     "searcher",
     "fail_search_tracking",
     "fit_quietly",
-    "ray_session",
     "start_ray_and_tracking",
     "trial_context",
     "remove_partials",
@@ -71,8 +63,6 @@ __all__ = [
     "check_resume_config",
     "check_resumed_choices",
     "check_tune_state",
-    "experiment_dir",
-    "max_overlap",
     "plan_concurrency",
     "run_search",
     "trainable_for",

@@ -10,23 +10,38 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ray.tune import Callback
 
 from distmis.metrics import FAILURE
 
+#: names a trial from its Tune config (``c0/fold1`` for a finalize's); ``None``: Tune's trial id
+TrialLabel = Callable[[dict[str, Any]], str]
+
 
 class LiveProgress(Callback):
-    def __init__(self, *, name: str, metric: str, mode: str, epochs: int, trials: int | None, concurrency: int) -> None:
+    def __init__(
+        self,
+        *,
+        name: str,
+        metric: str,
+        mode: str,
+        epochs: int,
+        trials: int | None,
+        concurrency: int,
+        label: TrialLabel | None = None,
+    ) -> None:
         self.name, self.metric, self.mode, self.epochs = name, metric, mode, epochs
-        self.trials, self.concurrency = trials, concurrency
+        self.trials, self.concurrency, self.label = trials, concurrency, label
         self._reset()
 
     def _reset(self) -> None:
         self._live: Any = None
         self._console: Any = None
         self._started = time.time()
+        self._names: dict[str, str] = {}  # trial id -> what the view calls it
         self._running: dict[str, dict[str, Any]] = {}
         self._ended: dict[str, str] = {}  # trial id -> finished | stopped | failed
         self._best_of: dict[str, tuple[float, int]] = {}  # trial -> its best value and epoch; failed ones dropped
@@ -34,7 +49,7 @@ class LiveProgress(Callback):
 
     # Tune pickles callbacks into its experiment state; the view is rebuilt where it is needed
     def __getstate__(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in ("name", "metric", "mode", "epochs", "trials", "concurrency")}
+        return {k: getattr(self, k) for k in ("name", "metric", "mode", "epochs", "trials", "concurrency", "label")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -54,7 +69,13 @@ class LiveProgress(Callback):
             )
             self._live.start()
 
+    def _name(self, trial: Any) -> str:
+        if trial.trial_id not in self._names:
+            self._names[trial.trial_id] = self.label(trial.config or {}) if self.label else trial.trial_id
+        return self._names[trial.trial_id]
+
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._name(trial)
         self._running.setdefault(trial.trial_id, {"epoch": 0, "value": None, "best": None})
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
@@ -106,7 +127,7 @@ class LiveProgress(Callback):
             self._best_of.pop(trial.trial_id, None)
             best = None
         text = (
-            f"trial {trial.trial_id} {how}"
+            f"trial {self._name(trial)} {how}"
             + (f" after epoch {row.get('epoch', 0)}" if how == "stopped" else "")
             + (f": best {self.metric} {best:.4f}" if best is not None else "")
             + (f" ({reason})" if reason else "")
@@ -147,13 +168,20 @@ class LiveProgress(Callback):
         table = Table(expand=False)
         for column in ("trial", "epoch", self.metric, f"best {self.metric}"):
             table.add_column(column, justify="right")
-        for trial_id, row in sorted(self._running.items()):
+        for trial_id, row in sorted(self._running.items(), key=lambda item: self._names.get(item[0], item[0])):
             fmt = lambda v: "-" if v is None else f"{v:.4f}"
-            table.add_row(trial_id, f"{row['epoch']}/{self.epochs}", fmt(row["value"]), fmt(row["best"]))
+            table.add_row(
+                self._names.get(trial_id, trial_id),
+                f"{row['epoch']}/{self.epochs}",
+                fmt(row["value"]),
+                fmt(row["best"]),
+            )
         leader = self._leader()
         if leader is not None:
             value, trial_id, epoch = leader
-            best = Text(f"best so far: trial {trial_id}, {self.metric} {value:.4f} at epoch {epoch}")
+            best = Text(
+                f"best so far: trial {self._names.get(trial_id, trial_id)}, {self.metric} {value:.4f} at epoch {epoch}"
+            )
         else:
             best = Text("best so far: -")
         if not self._running:  # nothing running (the end): no empty table

@@ -25,6 +25,7 @@ from distmis.metrics import (
     is_divergence,
     result_metrics,
 )
+from distmis.schema import RunFile
 from distmis.space import sampled_params
 
 if TYPE_CHECKING:
@@ -281,13 +282,13 @@ def summarise(
     # the standard metrics, then every per-class and per-region one any trial reported
     columns = result_metrics(config.search.metric)
     columns += sorted({k for r in rows for k in (*r.best, *r.final) if is_class_metric(k) and k not in columns})
-    write_text_atomic(out / "results.csv", _csv(rows, columns))
+    write_text_atomic(out / RunFile.RESULTS, _csv(rows, columns))
     scored = [r for r in rows if metric in r.best and not is_divergence(r.error)]
     best = None
     if scored:
         best = (max if mode == "max" else min)(scored, key=lambda r: r.best[metric])
-        dump_config(apply_params(config, best.params), out / "best.yaml")
-        src = out / "trials" / best.trial_id / "best"
+        dump_config(apply_params(config, best.params), out / RunFile.BEST)
+        src = out / RunFile.TRIALS_DIR / best.trial_id / "best"
         if src.is_dir():
             with atomic_directory(out / "best", command="tune (best model)", inside_own_output=True) as tmp:
                 shutil.copytree(src, tmp, dirs_exist_ok=True)
@@ -309,6 +310,7 @@ def summarise(
         started_at=started_at,
     )
     write_json_atomic(
-        out / "summary.json", {**asdict(summary), "prepared": str(prepared), "trials_detail": [asdict(r) for r in rows]}
+        out / RunFile.SUMMARY,
+        {**asdict(summary), "prepared": str(prepared), "trials_detail": [asdict(r) for r in rows]},
     )
     return summary

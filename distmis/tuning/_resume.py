@@ -26,8 +26,8 @@ from typing import Any
 from distmis.config import ExperimentConfig
 from distmis.exceptions import TuningError
 from distmis.files import marker_info
+from distmis.schema import RunFile
 
-RECORDED = "search.yaml"
 #: what a resume may change, and why it is safe
 MAY_CHANGE = ("tracking.final_flush_seconds",)
 COMPARE_PLAN = "compare.json"
@@ -192,7 +192,7 @@ def check_resume_config(out: Path, config: ExperimentConfig, space_file: Path | 
     Raises:
         TuningError: naming the differing keys and what may change.
     """
-    recorded_file = out / RECORDED
+    recorded_file = out / RunFile.SEARCH_FILE
     if space_file is None or not recorded_file.is_file():
         return  # a search started from code records no file: nothing to compare with
     from distmis.config import load_config
@@ -216,9 +216,9 @@ def _store_difference(out: Path, config: ExperimentConfig, cli: str | None) -> l
     """``tracking.uri`` when the resume names another MLflow store than the one the search's runs are in."""
     import json
 
-    from distmis.tracking import STATE_FILE, redact_uri
+    from distmis.tracking import redact_uri
 
-    state = out / STATE_FILE
+    state = out / RunFile.MLFLOW_STATE
     if not state.is_file():
         return []
     store = json.loads(state.read_text()).get("tracking_uri")

@@ -40,12 +40,12 @@ from distmis.files import (
 )
 from distmis.locks import reader_lock
 from distmis.preflight import preflight
-from distmis.raysession import probe_address
+from distmis.raysession import RaySession, probe_address
+from distmis.schema import RunFile
 from distmis.tensorflow_env import apply_tensorflow_env, tensorflow_env
 from distmis.tracking import SearchTracker
 from distmis.tuning._interrupt import STOP_REQUESTED
 from distmis.tuning._phases import (
-    RaySession,
     Timings,
     alive_nodes,
     prepared_data,
@@ -62,7 +62,7 @@ from distmis.tuning._resume import (
     mend_journal,
 )
 from distmis.tuning._tracking import fail_search_tracking, finish_search_tracking, start_search_tracking
-from distmis.tuning._tuner import JOURNAL, TUNE_DIR, build_tuner, fit_quietly, trial_context, unfinished_trials
+from distmis.tuning._tuner import build_tuner, fit_quietly, trial_context, unfinished_trials
 
 if TYPE_CHECKING:
     from ray.tune import ResultGrid
@@ -108,7 +108,7 @@ def check_search(
     base_dir = given.resolve().parent if given else Path.cwd()
     preflight(config, path=given or "configuration", base_dir=base_dir)
     check_output(out_dir, option="--out", inputs=search_inputs(config, given, base_dir))
-    refuse_link(out_dir / JOURNAL, what="Optuna journal")
+    refuse_link(out_dir / RunFile.JOURNAL, what="Optuna journal")
     if resume:
         check_resume_target(out_dir, given)
     resume = _resumes(out_dir, resume)
@@ -117,8 +117,8 @@ def check_search(
             out_dir, what="search", resume_command=f"distmis tune {given or '<file>'} --out <original> --resume"
         )
         check_resume_config(out_dir, config, given, tracking_uri)
-        check_tune_state(out_dir / TUNE_DIR, command="the search")
-        check_search_state(out_dir, journal=JOURNAL, tune_dir=TUNE_DIR, command="the search")
+        check_tune_state(out_dir / RunFile.TUNE_DIR, command="the search")
+        check_search_state(out_dir, journal=RunFile.JOURNAL, tune_dir=RunFile.TUNE_DIR, command="the search")
     return SearchPlan(config, out_dir, base_dir, given, resume)
 
 
@@ -128,13 +128,15 @@ def _resumes(out: Path, resume: bool) -> bool:
     A directory this command created for a search that was stopped before Tune started (a
     wall-time warning during start-up) has nothing to resume: it is started afresh.
     """
-    started = (out / TUNE_DIR).exists() or (out / JOURNAL).exists()
+    started = (out / RunFile.TUNE_DIR).exists() or (out / RunFile.JOURNAL).exists()
     if resume and not started:
         info = marker_info(out) if out.is_dir() else None
         if info is not None and info.get("written_by") == "distmis tune":
             print(f"distmis: {out}: the search had not started yet; starting it", flush=True)
             return False
-        raise TuningError(f"{out}: no search to resume here (no {TUNE_DIR}/ or {JOURNAL}); run without --resume")
+        raise TuningError(
+            f"{out}: no search to resume here (no {RunFile.TUNE_DIR}/ or {RunFile.JOURNAL}); run without --resume"
+        )
     if not resume and started:
         raise TuningError(
             f"{out}: a search already exists here; pass --resume to continue it, or choose another --out "
@@ -149,10 +151,10 @@ def claimed(plan: SearchPlan) -> Iterator[OutputClaim]:
     a new search's directory is created, marked and locked; a resumed one is locked."""
     with OutputClaim(plan.out, command="tune", option="--out", new=not plan.resume) as claim:
         if plan.resume:
-            mend_journal(plan.out / JOURNAL)
+            mend_journal(plan.out / RunFile.JOURNAL)
         if not plan.resume and plan.space_file is not None:
             with claim.setting_up():
-                write_text_atomic(plan.out / "search.yaml", plan.space_file.read_text(encoding="utf-8"))
+                write_text_atomic(plan.out / RunFile.SEARCH_FILE, plan.space_file.read_text(encoding="utf-8"))
         yield claim
 
 
@@ -323,11 +325,11 @@ def _end(
             summary = summarise(
                 config, grid, plan.out, wall_seconds=_since(timings), prepared=prepared, started_at=timings.started
             )
-        ray_here.end_in_background()  # the rest is this process's own work: Ray stops meanwhile
+        ray_here.close()  # the rest is this process's own work
         with timings.phase("plots_and_tracking_flush"):
             finish_search_tracking(tracker, config, plan.out, summary)
         summary.print()
-    timings.write(plan.out / "timings.json")
+    timings.write(plan.out / RunFile.TIMINGS)
     return summary
 
 

@@ -3,10 +3,9 @@
 Why not Tune's default: Ray Tune keeps its experiment state (``experiment_state-*.json``, the
 searcher's ``basic-variant-state-*.json`` or ``searcher-state-*.pkl``) in a staging directory
 under ``/tmp/ray`` and copies it into ``--out/tune`` every few seconds with pyarrow's
-``copy_files``, which writes each file in place. A finalize killed with SIGKILL during such a
-copy (seen in CI) left an empty ``basic-variant-state-*.json``; on ``--resume`` Tune could not
-load it, logged "Failed to restore the run state" and started a new, empty experiment instead,
-and the resumed finalize ended in a traceback. A SLURM job killed at its wall time, the OOM
+``copy_files``, which writes each file in place. A command killed with SIGKILL during such a
+copy leaves an empty ``basic-variant-state-*.json``; on ``--resume`` Tune cannot load it, logs
+"Failed to restore the run state" and starts a new, empty experiment instead. A SLURM job killed at its wall time, the OOM
 killer or a node failure can stop a search at the same moment.
 
 pyarrow lets a program give Tune its own filesystem (``RunConfig.storage_filesystem``, a

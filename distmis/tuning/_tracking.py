@@ -13,7 +13,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from distmis.tracking import PENDING_FILE, STATE_FILE, SearchTracker
+from distmis.schema import RunFile, Tag
+from distmis.tracking import SearchTracker
 
 if TYPE_CHECKING:
     from distmis.config import ExperimentConfig
@@ -28,7 +29,7 @@ def start_search_tracking(config: ExperimentConfig, out: Path, tracking_uri: str
     """
     from distmis.tracking import reattach_uri, redact_uri, resolve_tracking_uri
 
-    state = out / STATE_FILE
+    state = out / RunFile.MLFLOW_STATE
     if resume and state.is_file():
         recorded = json.loads(state.read_text())
         uri = reattach_uri(recorded["tracking_uri"], tracking_uri, config.tracking.uri, out)
@@ -40,7 +41,7 @@ def start_search_tracking(config: ExperimentConfig, out: Path, tracking_uri: str
     run_id = tracker.start(
         params={k: str(v) for k, v in search_params(config).items()},
         tags=_search_tags(config, out),
-        artifacts=[out / "search.yaml"] if (out / "search.yaml").is_file() else [],
+        artifacts=[out / RunFile.SEARCH_FILE] if (out / RunFile.SEARCH_FILE).is_file() else [],
     )
     print(f"distmis: tracking to MLflow {redact_uri(uri)} (experiment '{experiment}', parent run {run_id})", flush=True)
     return tracker
@@ -70,7 +71,7 @@ def search_params(config: ExperimentConfig) -> dict[str, object]:
 
 
 def _search_tags(config: ExperimentConfig, out: Path) -> dict[str, str]:
-    tags = {"distmis.out": str(out)}
+    tags = {Tag.OUT: str(out)}
     if config.tracking.parent_run_id:
         tags["mlflow.parentRunId"] = config.tracking.parent_run_id
     if os.environ.get("SLURM_JOB_ID"):
@@ -83,9 +84,9 @@ def finish_search_tracking(tracker: SearchTracker, config: ExperimentConfig, out
     from distmis.tracking import search_plots
 
     tracker = SearchTracker(tracker.uri, tracker.experiment, out)  # fresh: the callback's state is on disk
-    with open(out / "results.csv") as fh:
+    with open(out / RunFile.RESULTS) as fh:
         tracker.abandon_unknown({row["trial_id"] for row in csv.DictReader(fh)})
-    files = [out / "results.csv", out / "best.yaml", out / "summary.json"]
+    files = [out / RunFile.RESULTS, out / RunFile.BEST, out / RunFile.SUMMARY]
     done = tracker.finish(
         metrics={
             f"best_{summary.metric}": summary.best_value if summary.best_value is not None else float("nan"),
@@ -98,8 +99,8 @@ def finish_search_tracking(tracker: SearchTracker, config: ExperimentConfig, out
             "max_concurrent_trials_observed": summary.max_concurrent_observed,
         },
         tags={
-            "distmis.best_trial_id": summary.best_trial_id or "",
-            "distmis.best_params": json.dumps(summary.best_params),
+            Tag.BEST_TRIAL_ID: summary.best_trial_id or "",
+            Tag.BEST_PARAMS: json.dumps(summary.best_params),
             "mlflow.note.content": summary.description(),
         },
         plots=search_plots(out, config),
@@ -119,7 +120,7 @@ def fail_search_tracking(tracker: SearchTracker, config: ExperimentConfig, reaso
     try:
         done = tracker.finish(
             metrics={},
-            tags={"distmis.error": reason[:500], "mlflow.note.content": f"The search failed: {reason[:500]}"},
+            tags={Tag.ERROR: reason[:500], "mlflow.note.content": f"The search failed: {reason[:500]}"},
             plots=[],
             files=[],
             status="FAILED",
@@ -133,7 +134,7 @@ def fail_search_tracking(tracker: SearchTracker, config: ExperimentConfig, reaso
 
 def _warn_queued(out: Path) -> None:
     print(
-        f"distmis: warning: MLflow still unreachable; tracking kept in {out / PENDING_FILE}, "
+        f"distmis: warning: MLflow still unreachable; tracking kept in {out / RunFile.MLFLOW_PENDING}, "
         "sent by the next `distmis tune --resume` of this search",
         flush=True,
     )

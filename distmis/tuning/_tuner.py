@@ -12,18 +12,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from distmis.console import quiet_output
+from distmis.schema import RunFile
 from distmis.space import GRID_KEY, define_by_run, grid_points
 
 if TYPE_CHECKING:
     from ray.tune import ResultGrid, Tuner
 
     from distmis.config import ExperimentConfig
+    from distmis.raysession import RaySession
     from distmis.tracking import SearchTracker
-    from distmis.tuning._phases import RaySession
+    from distmis.tuning._progress import TrialLabel
     from distmis.tuning._trial import TrialContext
-
-TUNE_DIR = "tune"
-JOURNAL = "optuna.journal"
 
 
 def trial_context(config: ExperimentConfig, prepared: Path, out: Path) -> TrialContext:
@@ -34,7 +33,7 @@ def trial_context(config: ExperimentConfig, prepared: Path, out: Path) -> TrialC
     return TrialContext(
         base_config=config.to_yaml_dict(),
         prepared=str(prepared),
-        trials_dir=str(out / "trials"),
+        trials_dir=str(out / RunFile.TRIALS_DIR),
         metric=config.search.metric,
         mode=config.search.mode,
         threads=int(config.train.threads or max(1, math.floor(par.cpus_per_worker))),
@@ -65,7 +64,7 @@ def searcher(config: ExperimentConfig, out: Path, concurrency: int) -> tuple[Any
         metric=s.metric,
         mode=s.mode,
         sampler=build_sampler(s.algorithm, s.seed, startup),
-        journal=out / JOURNAL,
+        journal=out / RunFile.JOURNAL,
         study_name=config.name,
         max_epochs=config.train.epochs,
         points_to_evaluate=s.points,
@@ -107,6 +106,7 @@ def build_tuner(
     tracker: SearchTracker,
     resume: bool,
     verbose: int,
+    trial_label: TrialLabel | None = None,
 ) -> Tuner:
     """A new Tuner, or on ``--resume`` the interrupted one restored (its searcher and trials included)."""
     from ray import tune
@@ -118,9 +118,9 @@ def build_tuner(
         trainable_for(context), trial_resources(context.workers, context.cpus_per_worker, context.gpus_per_worker)
     )
     if resume:
-        remove_partials(out / TUNE_DIR)  # what a kill mid-write left; this command holds --out
+        remove_partials(out / RunFile.TUNE_DIR)  # what a kill mid-write left; this command holds --out
         return tune.Tuner.restore(
-            str(out / TUNE_DIR),
+            str(out / RunFile.TUNE_DIR),
             trainable,
             resume_unfinished=True,
             resume_errored=True,
@@ -140,27 +140,32 @@ def build_tuner(
             reuse_actors=True,  # warm trial processes, and warm worker groups for data-parallel trials
         ),
         run_config=tune.RunConfig(
-            name=TUNE_DIR,
+            name=RunFile.TUNE_DIR,
             storage_path=str(out),
             storage_filesystem=tune_storage(),  # whole files only: a kill never leaves a part of Tune's state
             failure_config=tune.FailureConfig(max_failures=config.search.max_failures),
             # every mode checkpoints through Tune every epoch (a group's chief writes the files)
             checkpoint_config=tune.CheckpointConfig(num_to_keep=2, checkpoint_frequency=1, checkpoint_at_end=True),
-            callbacks=_callbacks(config, context, tracker, concurrency, verbose),
+            callbacks=_callbacks(config, context, tracker, concurrency, verbose, trial_label),
             verbose=verbose,
         ),
     )
 
 
 def _callbacks(
-    config: ExperimentConfig, context: TrialContext, tracker: SearchTracker, concurrency: int, verbose: int
+    config: ExperimentConfig,
+    context: TrialContext,
+    tracker: SearchTracker,
+    concurrency: int,
+    verbose: int,
+    label: TrialLabel | None,
 ) -> list[Any]:
     from distmis.tracking import MlflowTrialCallback, PlottingPreload
     from distmis.tuning._interrupt import InterruptWatch
     from distmis.tuning._progress import LiveProgress
 
     callbacks: list[Any] = [
-        MlflowTrialCallback(tracker, base_config=context.base_config, epochs=config.train.epochs),
+        MlflowTrialCallback(tracker, base_config=context.base_config, epochs=config.train.epochs, label=label),
         InterruptWatch(),
         PlottingPreload(),
     ]
@@ -174,6 +179,7 @@ def _callbacks(
                 epochs=config.train.epochs,
                 trials=planned_trials(config),
                 concurrency=concurrency,
+                label=label,
             )
         )
     return callbacks
@@ -183,14 +189,12 @@ def fit_quietly(tuner: Tuner, log: Path, *, verbose: int, ray_here: RaySession) 
     """Run the trials; Ray's and TensorFlow's output goes to ``log``, the console gets the live view.
 
     Ray is no longer needed once they end (the results are read from disk from here on): it
-    starts to stop then (:meth:`RaySession.end_in_background`).
+    stops then, while its last forwarded lines still go to the log.
     """
     with quiet_output(log, verbose=bool(verbose)) as log_path:
         grid = tuner.fit()
         if log_path is not None:
-            # Ray forwards the trials' last lines to this process a moment later: disconnect
-            # while they still go to the log
-            ray_here.end_in_background()
+            ray_here.close()
     if log_path is not None:
         print(f"distmis: Ray Tune's and the trials' output: {log_path}", flush=True)
     return grid
@@ -202,8 +206,6 @@ def unfinished_trials(grid: ResultGrid) -> int:
 
 
 __all__ = [
-    "JOURNAL",
-    "TUNE_DIR",
     "build_tuner",
     "fit_quietly",
     "planned_trials",

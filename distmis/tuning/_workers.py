@@ -1,8 +1,8 @@
 """A data-parallel trial's worker group, kept warm across trials.
 
-The first version built a Ray Train ``TensorflowTrainer`` per trial: new worker processes,
-TensorFlow imported again, the collective set up again, for every trial. On 2 cores that
-was 20-23 s per trial against epochs of about 1 s, so ``distmis compare`` measured process
+A Ray Train ``TensorflowTrainer`` per trial would start new worker processes, import
+TensorFlow again and set up the collective again for every trial: many times an epoch of a
+small search (``benchmarks/data_parallel.py``), so ``distmis compare`` would measure process
 start-up more than data parallelism.
 
 Here the trainable asks Tune for one (empty) bundle for itself and one per worker
@@ -76,7 +76,7 @@ class TrialSession:
         t0 = time.perf_counter()
         release_in_background(self, "session")  # the previous trial's run goes, off this path
         # no keras.backend.clear_session(): the layer names are explicit, and clearing the kernel cache
-        # waits for the previous trial's input pipeline to shut down (seconds, measured)
+        # waits for the previous trial's input pipeline to shut down, which can take seconds
         config = apply_params(ExperimentConfig.model_validate(spec.base_config), spec.params)
         run = Path(spec.run_dir)
         ensure_directory(run, what="trial directory")

@@ -17,8 +17,8 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 import pytest
+from _support.raycluster import free_port
 from conftest import Assets, Workspace, check_case, fake_search, run_distmis
-from raycluster import free_port
 
 pytestmark = pytest.mark.slow
 

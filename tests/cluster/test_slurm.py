@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from raycluster import clean_env
-from slurmcluster import SlurmCluster, available
+from _support.raycluster import clean_env
+from _support.slurmcluster import SlurmCluster, available
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tuning"))
 from test_search import read_results, space_file

@@ -10,11 +10,12 @@ import nibabel as nib
 import numpy as np
 import pytest
 
+from distmis.config import PrepareConfig
 from distmis.data import channel_schemes, load_manifest, normalize, prepare_dataset
 from distmis.exceptions import DataError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ctdata import write_ct
+from _support.ctdata import write_ct
 
 
 def test_schemes_by_modality_and_by_choice() -> None:
@@ -30,7 +31,7 @@ def test_schemes_by_modality_and_by_choice() -> None:
 
 def test_ct_is_normalised_by_the_training_foreground_not_per_case(tmp_path: Path) -> None:
     raw = write_ct(tmp_path / "ct")
-    manifest = prepare_dataset(raw, tmp_path / "prep", shape=(16, 16, 16), split=(0.75, 0.25, 0.0))
+    manifest = prepare_dataset(raw, tmp_path / "prep", PrepareConfig(shape=(16, 16, 16), split=(0.75, 0.25, 0.0)))
     spec = manifest["preprocessing"]["channel_normalisation"]
     assert [c["scheme"] for c in spec] == ["ct"]
     low, high = spec[0]["clip"]
@@ -53,7 +54,7 @@ def test_ct_is_normalised_by_the_training_foreground_not_per_case(tmp_path: Path
 def test_ct_override_and_recorded_choice(tmp_path: Path) -> None:
     raw = write_ct(tmp_path / "ct", cases=4)
     manifest = prepare_dataset(
-        raw, tmp_path / "prep", shape=(16, 16, 16), split=(0.75, 0.25, 0.0), normalization="zscore"
+        raw, tmp_path / "prep", PrepareConfig(shape=(16, 16, 16), split=(0.75, 0.25, 0.0), normalization="zscore")
     )
     assert manifest["preprocessing"]["channel_normalisation"] == [{"scheme": "zscore"}]
     assert manifest["preprocessing"]["normalisation"] == "zscore_nonzero_per_channel"

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from distmis.cli import main
+from distmis.config import PrepareConfig
 from distmis.data import (
     crop_or_pad,
     load_manifest,
@@ -92,7 +93,9 @@ def test_3d_single_modality_and_multiclass(tmp_path: Path) -> None:
         p = src / entry["image"]
         img = nib.load(p)
         nib.save(nib.Nifti1Image(np.asarray(img.dataobj)[..., 0], img.affine), p)
-    info = prepare_dataset(src, tmp_path / "out", shape=(16, 16, 16), label_mode="multiclass", split=(0.5, 0.25, 0.25))
+    info = prepare_dataset(
+        src, tmp_path / "out", PrepareConfig(shape=(16, 16, 16), label_mode="multiclass", split=(0.5, 0.25, 0.25))
+    )
     assert info["channels"] == 1 and info["num_classes"] == 4
     _, image, label, _ = read_case(tmp_path / "out", "train", 0)
     assert image.shape == (16, 16, 16, 1) and label.max() <= 3
@@ -103,7 +106,7 @@ def test_appledouble_files_are_ignored(msd16: Path, tmp_path: Path) -> None:
     shutil.copytree(msd16, src)
     for sub in ("imagesTr", "labelsTr"):
         (src / sub / "._SYNTH_000.nii.gz").write_bytes(b"\x00\x05\x16\x07 AppleDouble junk")
-    info = prepare_dataset(src, tmp_path / "out", shape=(16, 16, 16))
+    info = prepare_dataset(src, tmp_path / "out", PrepareConfig(shape=(16, 16, 16)))
     total = sum(s["num_cases"] for s in info["splits"].values())
     assert total == 12
 
@@ -124,7 +127,7 @@ def _corrupt(kind: str, src: Path) -> str:
     if kind == "missing_field":
         del meta["modality"]
         meta_path.write_text(json.dumps(meta))
-        return r"missing field 'modality'"
+        return r"modality: required, but missing"
     if kind == "listed_file_missing":
         label.unlink()
         return rf"{label.name}: listed in .*dataset\.json but missing"
@@ -177,7 +180,7 @@ def test_bad_input_gives_one_error_and_no_output(
     pattern = _corrupt(kind, src)
     out = tmp_path / "out"
     with pytest.raises(DataError, match=pattern):
-        prepare_dataset(src, out, shape=(16, 16, 16), workers=1)
+        prepare_dataset(src, out, PrepareConfig(shape=(16, 16, 16)), workers=1)
     assert not out.exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out")] == []  # no temp leftovers
     # the CLI turns it into one line and exit code 2
@@ -191,7 +194,7 @@ def test_out_not_writable(msd16: Path, tmp_path: Path) -> None:
     blocker = tmp_path / "a_file"
     blocker.write_text("x")
     with pytest.raises(OutputError, match="cannot create output directory|not writable"):
-        prepare_dataset(msd16, blocker / "out", shape=(16, 16, 16))
+        prepare_dataset(msd16, blocker / "out", PrepareConfig(shape=(16, 16, 16)))
 
 
 def test_existing_out_is_not_overwritten(msd16: Path, tmp_path: Path) -> None:
@@ -199,7 +202,7 @@ def test_existing_out_is_not_overwritten(msd16: Path, tmp_path: Path) -> None:
     out.mkdir()
     (out / "keep.txt").write_text("mine")
     with pytest.raises(OutputError, match="already exists"):
-        prepare_dataset(msd16, out, shape=(16, 16, 16))
+        prepare_dataset(msd16, out, PrepareConfig(shape=(16, 16, 16)))
     assert (out / "keep.txt").read_text() == "mine"
 
 

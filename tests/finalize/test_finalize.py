@@ -15,8 +15,8 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 import pytest
-from processes import descendants, stop_tree
-from raycluster import clean_env, stop_group
+from _support.processes import descendants, stop_tree
+from _support.raycluster import clean_env, stop_group
 
 from distmis.data import Manifest, cv_cases, fold_groups, fold_view, load_manifest, make_dataset, read_case
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 import pytest
-from smalldisk import small_disk
+from _support.smalldisk import small_disk
 
 from distmis.cli import main
 from distmis.config import ExperimentConfig
@@ -211,6 +211,7 @@ def test_many_cases_run_as_ray_actors(model16: Path, msd16: Path, tmp_path: Path
 
 def test_multiclass_model_is_scored_per_label(msd16: Path, tmp_path: Path) -> None:
     """A 4-class model (MSD labels 0..3): per-label columns named after dataset.json, label values out."""
+    from distmis.config import PrepareConfig
     from distmis.data import prepare_dataset
     from distmis.training import fit
 
@@ -218,10 +219,7 @@ def test_multiclass_model_is_scored_per_label(msd16: Path, tmp_path: Path) -> No
     prepare_dataset(
         msd16,
         prepared,
-        shape=(16, 16, 16),
-        label_mode="multiclass",
-        split=(0.7, 0.15, 0.15),
-        seed=0,
+        PrepareConfig(shape=(16, 16, 16), label_mode="multiclass", split=(0.7, 0.15, 0.15), seed=0),
         workers=1,
     )
     config = ExperimentConfig.model_validate(
@@ -262,7 +260,7 @@ def test_predict_on_an_existing_ray_cluster(model16: Path, msd16: Path, tmp_path
     import subprocess
     import sys
 
-    from raycluster import RayHead
+    from _support.raycluster import RayHead
 
     head = RayHead(tmp_path / "ray", host="127.0.0.11", num_cpus=2)
     try:

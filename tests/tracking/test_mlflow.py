@@ -11,14 +11,14 @@ import time
 from pathlib import Path
 
 import pytest
+from _support.mlflowserver import MlflowServer
+from _support.processes import processes_under
+from _support.raycluster import clean_env, free_port, stop_group
 from mlflow.tracking import MlflowClient
-from mlflowserver import MlflowServer
-from processes import processes_under
-from raycluster import clean_env, free_port, stop_group
 
 from distmis.config import load_config
 from distmis.exceptions import TrackingError
-from distmis.tracking import PENDING_FILE
+from distmis.schema import RunFile
 from distmis.tuning import run_search
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tuning"))
@@ -81,7 +81,7 @@ def test_search_tracked_on_a_real_server(prepared16: Path, tmp_path: Path, capfd
         run_search(load_config(path, require_space=True), space_file=path, out=out, tracking_uri=secret_uri, verbose=0)
         check_tracked(server.uri, "tracked", out, epochs=2)
         assert not (tmp_path / "runs" / "mlflow.db").exists()  # nothing went to the default store
-        assert not (out / PENDING_FILE).exists()
+        assert not (out / RunFile.MLFLOW_PENDING).exists()
         # the password is neither printed nor written to disk nor stored as a tag
         printed = capfd.readouterr()
         assert "s3cret-pw" not in printed.out + printed.err
@@ -202,7 +202,7 @@ def test_server_killed_mid_search_loses_no_metric(prepared16: Path, tmp_path: Pa
         finally:
             for pid in paused:
                 os.kill(pid, signal.SIGCONT)
-        wait_for(lambda: (out / PENDING_FILE).exists(), "tracking queued to disk")
+        wait_for(lambda: (out / RunFile.MLFLOW_PENDING).exists(), "tracking queued to disk")
         trials_at_down = {m.parent.name for m in out.glob("trials/*/metrics.csv")}
 
         def whole_trial_while_down() -> bool:  # a trial that started after the kill has finished all epochs
@@ -223,7 +223,7 @@ def test_server_killed_mid_search_loses_no_metric(prepared16: Path, tmp_path: Pa
     try:
         assert "unreachable" in (tmp_path / "search.log").read_text()
         check_tracked(server.uri, "flaky", out, epochs=4)
-        assert not (out / PENDING_FILE).exists()
+        assert not (out / RunFile.MLFLOW_PENDING).exists()
         client = MlflowClient(tracking_uri=server.uri)
         _, children = runs_of(server.uri, "flaky")
         stamps = [m.timestamp / 1000 for c in children for m in client.get_metric_history(c.info.run_id, "val_dice")]
@@ -249,7 +249,7 @@ def test_trial_run_wholly_during_an_outage_reaches_mlflow_when_it_returns(tmp_pa
         for epoch in (1, 2, 3):
             tracker.trial_result("t1", epoch, {"val_dice": 0.1 * epoch}, time.time())
         tracker.trial_finished("t1", status="FINISHED", tags={"distmis.status": "TERMINATED"}, best_dir=None)
-        assert (out / PENDING_FILE).exists()
+        assert (out / RunFile.MLFLOW_PENDING).exists()
         deadline = time.monotonic() + 180
         while tracker.channel.backoff < BACKOFF_MAX:  # the sender has given up retrying for a while
             assert time.monotonic() < deadline, "the sender never backed off"
@@ -258,7 +258,7 @@ def test_trial_run_wholly_during_an_outage_reaches_mlflow_when_it_returns(tmp_pa
         started = time.monotonic()
         done = tracker.finish(metrics={"trials": 1}, tags={}, plots=[], files=[], status="FINISHED", wait_seconds=60)
         waited = time.monotonic() - started
-        assert done and not (out / PENDING_FILE).exists()
+        assert done and not (out / RunFile.MLFLOW_PENDING).exists()
         assert waited < BACKOFF_MAX / 2, f"waited {waited:.1f} s for a server that was back"
         client = MlflowClient(tracking_uri=server.uri)
         parent, children = runs_of(server.uri, "outage")
@@ -304,7 +304,7 @@ def test_hung_server_does_not_slow_the_search(
 ) -> None:
     """A tracking host that accepts connections and never answers (a real socket) must not
     delay a single epoch: tracking is sent by a background thread, never on Tune's path."""
-    from blackhole import BlackholeProxy
+    from _support.blackhole import BlackholeProxy
 
     from distmis.tracking import SearchTracker
 
@@ -338,7 +338,7 @@ def test_hung_server_does_not_slow_the_search(
                 assert gap < 5.0, (r["trial_id"], cur["epoch"], gap)
         tracker = SearchTracker(proxy.uri, "hung", out)
         assert tracker.channel.blocked_seconds < 1.0, tracker.channel.blocked_seconds
-        assert (out / PENDING_FILE).exists()  # nothing lost: kept for --resume
+        assert (out / RunFile.MLFLOW_PENDING).exists()  # nothing lost: kept for --resume
         # one warning, not one per call; it comes when the sender's first call to the hung host
         # times out (MLflow's 10 s and one retry), which a short search may outlast: waited for
         err, deadline = capfd.readouterr().err, time.monotonic() + 120

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from browser import Browser, find_chromium
-from raycluster import free_port, stop_group
+from _support.browser import Browser, find_chromium
+from _support.raycluster import free_port, stop_group
 
 from distmis.config import load_config
 from distmis.tuning import run_search

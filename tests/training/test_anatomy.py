@@ -16,9 +16,9 @@ import pytest
 pytestmark = pytest.mark.slow
 pytest.importorskip("nilearn")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from anatomy import write_mni152_task  # noqa: E402
+from _support.anatomy import write_mni152_task  # noqa: E402
 
-from distmis.config import ExperimentConfig  # noqa: E402
+from distmis.config import ExperimentConfig, PrepareConfig  # noqa: E402
 from distmis.data import prepare_dataset  # noqa: E402
 from distmis.training import fit  # noqa: E402
 
@@ -26,7 +26,7 @@ from distmis.training import fit  # noqa: E402
 def test_the_default_recipe_segments_grey_and_white_matter(tmp_path: Path) -> None:
     raw = write_mni152_task(tmp_path / "mni", cases=10, shape=(32, 32, 32), voxel_mm=4.0, seed=1)
     prepared = tmp_path / "prepared"
-    prepare_dataset(raw, prepared, shape=(32, 32, 32), label_mode="multiclass", split=(0.8, 0.2, 0.0))
+    prepare_dataset(raw, prepared, PrepareConfig(shape=(32, 32, 32), label_mode="multiclass", split=(0.8, 0.2, 0.0)))
     config = ExperimentConfig.model_validate(
         {
             "data": {"source": str(prepared)},

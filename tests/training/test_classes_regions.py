@@ -41,15 +41,14 @@ if trainer.worker_index == 0:
 @pytest.fixture(scope="module")
 def multiclass16(msd16: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """msd16 prepared multi-class with the BraTS regions: 4 validation cases."""
+    from distmis.config import PrepareConfig
     from distmis.data import prepare_dataset
 
     out = tmp_path_factory.mktemp("mc") / "prepared"
     prepare_dataset(
         msd16,
         out,
-        shape=(16, 16, 16),
-        label_mode="multiclass",
-        split=(0.5, 0.34, 0.16),
+        PrepareConfig(shape=(16, 16, 16), label_mode="multiclass", split=(0.5, 0.34, 0.16)),
         regions=MSD_TASK01_REGIONS,
     )
     return out
@@ -58,7 +57,7 @@ def multiclass16(msd16: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_per_class_validation_is_global_across_workers(multiclass16: Path, tmp_path: Path) -> None:
     """Two workers each validate half the cases: the per-class and per-region values are the
     sums over both, equal to one worker's over all cases (not rank 0's shard)."""
-    from raycluster import free_port
+    from _support.raycluster import free_port
 
     env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
     one = tmp_path / "one.json"
@@ -92,6 +91,7 @@ def test_per_class_validation_is_global_across_workers(multiclass16: Path, tmp_p
 def test_region_training_reaches_whole_tumour_and_enhancing_tumour(msd16: Path, tmp_path: Path) -> None:
     """One sigmoid channel per region with a Dice + BCE loss: WT >= 0.8 and ET >= 0.6 within a
     bounded number of epochs; the model is then evaluated per region and predicts MSD labels."""
+    from distmis.config import PrepareConfig
     from distmis.data import prepare_dataset
     from distmis.inference import evaluate
     from distmis.training import fit
@@ -100,9 +100,7 @@ def test_region_training_reaches_whole_tumour_and_enhancing_tumour(msd16: Path, 
     prepare_dataset(
         msd16,
         prepared,
-        shape=(16, 16, 16),
-        label_mode="regions",
-        split=(0.7, 0.15, 0.15),
+        PrepareConfig(shape=(16, 16, 16), label_mode="regions", split=(0.7, 0.15, 0.15)),
         regions=MSD_TASK01_REGIONS,
     )
     config = ExperimentConfig.model_validate(

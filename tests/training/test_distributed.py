@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from raycluster import free_port
+from _support.raycluster import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -53,11 +53,12 @@ if trainer.worker_index == 0:
 
 @pytest.fixture(scope="module")
 def prepared4(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from distmis.config import PrepareConfig
     from distmis.data import prepare_dataset, write_synthetic_msd
 
     root = tmp_path_factory.mktemp("dist")
     write_synthetic_msd(root / "msd", cases=6, shape=(16, 16, 16), test_cases=0, seed=11)
-    prepare_dataset(root / "msd", root / "prep", shape=(16, 16, 16), split=(0.67, 0.33, 0.0))
+    prepare_dataset(root / "msd", root / "prep", PrepareConfig(shape=(16, 16, 16), split=(0.67, 0.33, 0.0)))
     return root / "prep"
 
 

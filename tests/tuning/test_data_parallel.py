@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-from processes import processes_under
-from raycluster import RayHead, clean_env, stop_group
+from _support.processes import processes_under
+from _support.raycluster import RayHead, clean_env, stop_group
 from test_search import read_results, space_file
 
 from distmis.config import ExperimentConfig

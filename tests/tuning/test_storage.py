@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 import pytest
-from smalldisk import small_disk
+from _support.smalldisk import small_disk
 
 from distmis.files import TEMPORARY_PREFIX, temporary_sibling
 from distmis.tuning import remove_partials, tune_storage

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from blackhole import BlackholeProxy
-from raycluster import clean_env, free_port, stop_group
-from smalldisk import pages, resize, small_disk
+from _support.blackhole import BlackholeProxy
+from _support.raycluster import clean_env, free_port, stop_group
+from _support.smalldisk import pages, resize, small_disk
 from test_search import read_results, space_file
 
 pytestmark = pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Segmentation metrics on whole volumes, in the scan's physical geometry (numpy/scipy).
+"""Segmentation scores of a whole predicted volume against its label, in the scan's physical geometry (numpy/scipy).
 
 Conventions follow MONAI / the BraTS and MSD challenges so that numbers are comparable:
 

@@ -16,7 +16,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from raycluster import free_port, stop_group
+from _support.raycluster import free_port, stop_group
 
 
 def available() -> bool:

@@ -12,7 +12,7 @@ hardest.
 Used by the tests (``tests/training``) and by ``benchmarks/search_efficiency.py``; nilearn is a
 test-only dependency, so this stays out of the ``distmis`` package.
 
-    python tests/anatomy.py OUT [--cases 20] [--shape 64] [--voxel-mm 2] [--seed 0]
+    python tests/_support/anatomy.py OUT [--cases 20] [--shape 64] [--voxel-mm 2] [--seed 0]
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import socket
 import threading
 import time
 
-from raycluster import free_port
+from _support.raycluster import free_port
 
 
 class BlackholeProxy:

@@ -8,7 +8,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from raycluster import free_port, stop_group
+from _support.raycluster import free_port, stop_group
 
 
 class MlflowServer:

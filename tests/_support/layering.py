@@ -4,7 +4,7 @@ upward imports between layers, and functions too long to read at once.
 Every import counts, the ones inside functions too: a lazy import hides a dependency from a
 reader, not from this check.
 
-    python tests/layering.py          # prints every finding and the layer graph; exit 1 if any
+    python tests/_support/layering.py          # prints every finding and the layer graph; exit 1 if any
 
 ``tests/test_layering.py`` runs the same checks in the suite.
 """
@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PACKAGE = "distmis"
 #: the longest function (or method) allowed in the package, in lines
 MAX_FUNCTION_LINES = 80
@@ -24,9 +24,9 @@ MAX_FUNCTION_LINES = 80
 #: the package's rooms, lowest first; a room may import its own floor and the floors below it.
 #: Rooms on one floor do not import each other unless named in SIDEWAYS.
 LAYERS: list[tuple[str, ...]] = [
-    ("__init__", "exceptions", "exitcodes"),
+    ("__init__", "exceptions", "exitcodes", "schema"),
     ("links",),
-    ("console", "documents", "tensorflow_env", "redact", "metrics", "locks", "waits"),
+    ("console", "documents", "tensorflow_env", "redact", "metrics", "locks", "waits", "raycompat"),
     ("files",),
     ("labels", "space", "raysession", "reports"),
     ("config",),
@@ -176,6 +176,56 @@ def metric_literals(files: list[Path]) -> list[str]:
     return bad
 
 
+#: the one module allowed to import Ray's private code (see its docstring)
+RAY_COMPAT_MODULE = Path(PACKAGE) / "raycompat.py"
+#: Ray's modules that are not its public API: a ``_``-prefixed part, or Tune's execution internals
+RAY_PRIVATE_PREFIXES = ("ray.tune.execution",)
+
+
+def _is_ray_private(module: str) -> bool:
+    parts = module.split(".")
+    if parts[0] != "ray":
+        return False
+    return any(p.startswith("_") and not p.startswith("__") for p in parts) or module.startswith(RAY_PRIVATE_PREFIXES)
+
+
+def ray_private_imports(files: list[Path]) -> list[str]:
+    """Imports of Ray's private modules anywhere but :data:`RAY_COMPAT_MODULE` (tests included:
+    no test asserts Ray's private layout)."""
+    bad = []
+    for path in files:
+        if path.relative_to(REPO) == RAY_COMPAT_MODULE:
+            continue
+        bad += [
+            f"{path.relative_to(REPO)}:{i.line}: imports {i.module}"
+            for i in imports_of(path)
+            if _is_ray_private(i.module)
+        ]
+    return bad
+
+
+#: where the names other modules read back are spelt (MLflow tags, files of distmis's directories)
+SCHEMA_MODULE = Path(PACKAGE) / "schema.py"
+
+
+def schema_literals(files: list[Path]) -> list[str]:
+    """String literals equal to a tag name or a record's file name of :data:`SCHEMA_MODULE`, outside it."""
+    sys.path.insert(0, str(REPO))
+    from distmis.schema import RunFile, Tag
+
+    names = {v for k, v in vars(Tag).items() if k.isupper()}
+    # folder names ("tune", "trials") are ordinary words elsewhere: only file names are checked
+    names |= {v for k, v in vars(RunFile).items() if k.isupper() and "." in v}
+    bad = []
+    for path in files:
+        if path.relative_to(REPO) == SCHEMA_MODULE:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names:
+                bad.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.value!r}")
+    return bad
+
+
 def room_graph(files: list[Path]) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for path in files:
@@ -197,6 +247,8 @@ def main() -> int:
         "upward or sideways imports": upward_imports(package),
         f"functions over {MAX_FUNCTION_LINES} lines": long_functions(package),
         f"metric names spelt outside {METRICS_MODULE}": metric_literals(package),
+        f"Ray's private modules imported outside {RAY_COMPAT_MODULE}": ray_private_imports(everything),
+        f"tag and file names spelt outside {SCHEMA_MODULE}": schema_literals(package),
     }
     for title, rows in findings.items():
         print(f"{title}: {len(rows)}")

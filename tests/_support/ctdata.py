@@ -4,7 +4,7 @@ Air at -1000 around a body of soft tissue (about 40 HU, with some voxels of wate
 0 HU) holding a brighter lesion (about 120 HU), which is the label. A per-case z-score over
 non-zero voxels (MRI's normalisation) treats the air as foreground and the water as background.
 
-    python tests/ctdata.py OUT [--cases 8] [--shape 16]
+    python tests/_support/ctdata.py OUT [--cases 8] [--shape 16]
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ that one process is faster than another; a busy CI machine is where such an assu
 This keeps one core busy (a spinning process at normal priority) for as long as pytest runs,
 and passes every argument on to pytest.
 
-    python tests/stress.py [pytest arguments]        # make test-stress
+    python tests/_support/stress.py [pytest arguments]        # make test-stress
 """
 
 from __future__ import annotations
