@@ -349,32 +349,36 @@ def test_finalize_checks_where_its_model_goes_before_any_fold_trains(search: Pat
 def test_a_wall_time_warning_during_the_out_of_fold_predictions_stops_finalize_resumably(
     search: Path, tmp_path: Path
 ) -> None:
-    """SIGUSR1 (or Ctrl-C) after the folds trained: exit 75 between two cases, and --resume finishes."""
+    """SIGUSR1 (or Ctrl-C) after the folds trained: exit 75 between two cases, and --resume finishes.
+
+    The first out-of-fold prediction is observed in ``finalize.log`` (one line per case), where
+    finalize writes it; the console shows a progress bar instead."""
     out = tmp_path / "finalize"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "distmis", "finalize", str(search), "--top", "1", "--folds", "2", "--out", str(out),
-         "--no-tta", "--overwrite"],
-        env=clean_env(PYTHONUNBUFFERED="1"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )  # fmt: skip
-    seen: list[str] = []
+    console = tmp_path / "console.txt"
+    with open(console, "w") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "distmis", "finalize", str(search), "--top", "1", "--folds", "2", "--out",
+             str(out), "--no-tta", "--overwrite"],
+            env=clean_env(PYTHONUNBUFFERED="1"),
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+    log = out / "finalize.log"
     try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            seen.append(line)
-            if "out of fold:" in line:
-                # frozen while the signal is queued: it is handled before the next step's check
-                os.kill(proc.pid, signal.SIGSTOP)
-                os.kill(proc.pid, signal.SIGUSR1)
-                os.kill(proc.pid, signal.SIGCONT)
-                break
-        seen += proc.stdout.readlines()
-        assert proc.wait(timeout=300) == 75, "".join(seen[-40:])
+        deadline = time.monotonic() + 600
+        while not (log.is_file() and "out of fold:" in log.read_text()):
+            assert proc.poll() is None, "finalize ended before its first out-of-fold prediction: " + console.read_text()
+            assert time.monotonic() < deadline, "no out-of-fold prediction in 600 s: " + console.read_text()[-3000:]
+            time.sleep(0.05)  # a bounded poll of the log, not a guess at how long anything takes
+        # frozen while the signal is queued: it is handled before the next step's check
+        os.kill(proc.pid, signal.SIGSTOP)
+        os.kill(proc.pid, signal.SIGUSR1)
+        os.kill(proc.pid, signal.SIGCONT)
+        assert proc.wait(timeout=300) == 75, console.read_text()[-3000:]
     finally:
         stop_group(proc, timeout=5)
+    seen = [console.read_text()]
     assert "finalize interrupted; continue it with" in "".join(seen), "".join(seen[-20:])
     assert not (out / "cv.csv").exists()
     resumed = _distmis("finalize", str(search), "--resume", "--out", str(out), "--overwrite")
