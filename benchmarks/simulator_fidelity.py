@@ -64,15 +64,18 @@ def real_runs(root: Path, methods: list[str], metric: str, mode: str) -> dict[st
 
 def simulated_runs(
     base: dict[str, Any], curves: list[str], methods: list[str], seeds: int, samples: int, task: str
-) -> tuple[dict[str, dict[int, dict]], dict[str, Any]]:
+) -> tuple[dict[str, dict[int, dict]], dict[str, Any], dict[str, NearestCurves]]:
+    """Every method's simulated runs, its notes, and its fitted surrogate (for :func:`surrogate_on_real_runs`)."""
     table = read_curves(curves)
     runs: dict[str, dict[int, dict]] = {m: {} for m in methods}
     notes: dict[str, Any] = {}
+    surrogates: dict[str, NearestCurves] = {}
     for method in methods:
         first = ExperimentConfig.model_validate(search_doc(method, 0, base, "synthetic", samples, None, task))
         typed = typed_for(table, first.space, metric=first.search.metric, epochs=first.train.epochs)
         surrogate = NearestCurves(typed, first.space, metric=first.search.metric, mode=first.search.mode)
         loo = surrogate.choose_weights()  # the space is the method's, whatever the seed
+        surrogates[method] = surrogate
         costs = StartupCosts.of_curves(typed.curves)
         notes[method] = {
             "costs": costs.__dict__,
@@ -85,28 +88,23 @@ def simulated_runs(
             run = simulate_search(config, surrogate, workers=2, costs=costs, seed=seed, match_training_seed=True)
             runs[method][seed] = run.as_dict()
         print(f"  simulated {method}: {seeds} seeds", flush=True)
-    return runs, notes
+    return runs, notes, surrogates
 
 
 def surrogate_on_real_runs(
-    base: dict[str, Any], curves: list[str], root: Path, methods: list[str], samples: int, task: str
+    surrogates: dict[str, NearestCurves], root: Path, metric: str, mode: str
 ) -> dict[str, dict[str, float]]:
-    """The surrogate's error on the configurations the real runs trained, over the epochs each trained:
-    held out from the table unless a curve source is those runs themselves. Per method: trials, mean absolute error of the
-    best value, mean real and predicted best, Spearman rank correlation."""
+    """Each method's surrogate on the configurations its real runs trained, over the epochs each
+    trained: held out from the table unless a curve source is those runs themselves. Per method:
+    trials, mean absolute error of the best value, mean real and predicted best, Spearman rank
+    correlation."""
     import numpy as np
     from scipy.stats import spearmanr
 
     from distmis.simulate import curves_of_search
 
-    table = read_curves(curves)
     found: dict[str, dict[str, float]] = {}
-    for method in methods:
-        config = ExperimentConfig.model_validate(search_doc(method, 0, base, "synthetic", samples, None, task))
-        metric, mode = config.search.metric, config.search.mode
-        typed = typed_for(table, config.space, metric=metric, epochs=config.train.epochs)
-        surrogate = NearestCurves(typed, config.space, metric=metric, mode=mode)
-        surrogate.choose_weights()
+    for method, surrogate in surrogates.items():
         best = max if mode == "max" else min
         pairs = []
         for run in sorted((root / "runs").glob(f"{method.replace('+', '_')}-s*")):
@@ -186,10 +184,10 @@ def main() -> None:
     root = Path(a.real or REPO / "runs" / f"bench-search-{a.task}")
     methods = [m.strip() for m in a.methods.split(",") if m.strip()]
     real = analyse(real_runs(root, methods, metric, mode), target, sign, horizon_from="grid")
-    sim_runs, notes = simulated_runs(base, a.curves, methods, a.sim_seeds, a.samples, a.task)
+    sim_runs, notes, surrogates = simulated_runs(base, a.curves, methods, a.sim_seeds, a.samples, a.task)
     # the simulated runs read at the real runs' horizon: fractions of the real grid's wall time
     sim = analyse(sim_runs, target, sign, horizon=(real["horizon_seconds"], real["horizon"]))
-    held_out = surrogate_on_real_runs(base, a.curves, root, methods, a.samples, a.task)
+    held_out = surrogate_on_real_runs(surrogates, root, metric, mode)
     text = (
         compare(real, sim)
         + "\n\nthe surrogate on the real runs' own configurations (best value per trial):\n"

@@ -245,13 +245,14 @@ def _fold_models(
     plan: FinalizePlan, grid: Any, config: ExperimentConfig
 ) -> tuple[dict[tuple[str, int], Path], list[str]]:
     """(configuration, fold) -> the fold model's ``best/``; and the fold trainings without a model."""
-    by_params = {json.dumps(c.params, sort_keys=True): c.name for c in plan.candidates}
+    label = FoldLabel.of_plan(plan)
     models: dict[tuple[str, int], Path] = {}
     failed: dict[tuple[str, int], str] = {}
     for row in trial_rows(grid, config):
-        params = dict(row.params)
-        fold = int(params.pop("data.fold")["index"])
-        key = (by_params.get(json.dumps(params, sort_keys=True), "?"), fold)
+        name, fold = label.key(row.params)
+        if fold is None:
+            raise KeyError(f"trial {row.trial_id} has no data.fold")  # every finalize trial is one fold's
+        key = (name, fold)
         best = plan.out / RunFile.TRIALS_DIR / row.trial_id / "best"
         if row.status == "TERMINATED" and (best / RunFile.WEIGHTS).is_file():
             models[key] = best
@@ -330,11 +331,16 @@ class FoldLabel:
     def of_plan(cls, plan: FinalizePlan) -> FoldLabel:
         return cls({json.dumps(c.params, sort_keys=True): c.name for c in plan.candidates})
 
-    def __call__(self, trial_config: dict[str, Any]) -> str:
+    def key(self, trial_config: dict[str, Any]) -> tuple[str, int | None]:
+        """(configuration name, fold index) of a trial's config or sampled parameters."""
         params = dict(sampled_params(trial_config))
         fold = params.pop("data.fold", None)
-        name = self.names.get(json.dumps(params, sort_keys=True), "?")
-        return f"{name}/fold{fold['index']}" if isinstance(fold, dict) and "index" in fold else name
+        index = int(fold["index"]) if isinstance(fold, dict) and "index" in fold else None
+        return self.names.get(json.dumps(params, sort_keys=True), "?"), index
+
+    def __call__(self, trial_config: dict[str, Any]) -> str:
+        name, fold = self.key(trial_config)
+        return name if fold is None else f"{name}/fold{fold}"
 
 
 def _finish_tracking(

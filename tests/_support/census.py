@@ -64,15 +64,16 @@ def string_literals(path: Path) -> list[str]:
 
 def census(root: Path) -> dict[str, object]:
     files = sorted((root / "distmis").rglob("*.py"))
+    literals = {f: string_literals(f) for f in files}  # each file parsed once
     owners = {
-        name: sorted(str(f.relative_to(root)) for f in files if literal in string_literals(f))
+        name: sorted(str(f.relative_to(root)) for f in files if literal in literals[f])
         for name, literal in RECORDS.items()
     }
     tags = [
         f"{f.relative_to(root)}: {s}"
         for f in files
         if f.name != "schema.py"
-        for s in string_literals(f)
+        for s in literals[f]
         if re.fullmatch(r"distmis\.[a-z_]+", s) and not s.startswith(("distmis.cli", "distmis.cluster"))
     ]
     prose = [f"{f.relative_to(root)}: {line.strip()}" for f in files for line in prose_lines(f)]
