@@ -17,6 +17,8 @@ Tasks:
         --table benchmarks/curves/anatomy32.csv.gz
     python benchmarks/record_curves.py --task quickstart --configs 64 --repeats 96 --extra-seeds 2 \
         --out runs/curves-quickstart-3seeds --table benchmarks/curves/quickstart.csv.gz
+    python benchmarks/record_curves.py --task anatomy32 --with-grid --configs 0 --repeats 24 --extra-seeds 2 \
+        --out runs/curves-anatomy32-grid --table benchmarks/curves/anatomy32-grid.csv.gz
 """
 
 from __future__ import annotations
@@ -91,16 +93,25 @@ def sobol_points(space: dict[str, Any], n: int, seed: int) -> list[dict[str, Any
 
 
 def design(
-    task: str, space: dict[str, Any], configs: int, repeats: int, seed: int, extra_seeds: int = 1
+    task: str,
+    space: dict[str, Any],
+    configs: int,
+    repeats: int,
+    seed: int,
+    extra_seeds: int = 1,
+    *,
+    with_grid: bool = False,
 ) -> list[dict[str, Any]]:
     """The trials to record, in order: every configuration with training seed 0, then the first
-    ``repeats`` again with seeds 1 .. ``extra_seeds``."""
+    ``repeats`` again with seeds 1 .. ``extra_seeds``. ``with_grid`` puts the grid
+    ``search_efficiency.py`` runs on the task first (always on quickstart), so that a simulated
+    grid replays its own points rather than their neighbours."""
     first: list[dict[str, Any]] = []
-    if task == "quickstart":
-        from search_efficiency import grid_space, shuffled_grid
+    if task == "quickstart" or with_grid:
+        from search_efficiency import shuffled_grid, task_spaces
 
-        first = shuffled_grid(grid_space(), seed)  # the grid's own points, so the grid is simulated exactly
-    points = first + sobol_points(space, configs, seed)
+        first = shuffled_grid(task_spaces(task, {"space": space})[0], seed)
+    points = first + (sobol_points(space, configs, seed) if configs else [])
     again = [{**p, "seed": s} for s in range(1, extra_seeds + 1) for p in points[:repeats]]
     return [{**p, "seed": 0} for p in points] + again
 
@@ -131,6 +142,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--task", default="anatomy32", choices=["anatomy32", "quickstart"])
     p.add_argument("--configs", type=int, default=256, help="Sobol configurations (a power of 2 keeps its balance)")
+    p.add_argument("--with-grid", action="store_true", help="record search_efficiency.py's grid of the task first")
     p.add_argument("--repeats", type=int, default=48, help="configurations trained again with other seeds")
     p.add_argument("--extra-seeds", type=int, default=1, help="seeds 1..N for the repeated configurations")
     p.add_argument("--epochs", type=int, default=None, help="train.epochs (default: the task's)")
@@ -145,7 +157,7 @@ def main() -> None:
     os.environ.setdefault("DISTMIS_DATA_HOME", str(root / "data"))
     base = anatomy32_base(root) if a.task == "anatomy32" else quickstart_base(root)
     space = dict(base["space"])
-    points = design(a.task, space, a.configs, a.repeats, a.seed, a.extra_seeds)
+    points = design(a.task, space, a.configs, a.repeats, a.seed, a.extra_seeds, with_grid=a.with_grid)
     doc = dict(base)
     if a.epochs:
         doc["train"] = {**doc["train"], "epochs": a.epochs}

@@ -18,10 +18,14 @@ Methods:
   tpe+asha-s10    TPE + ASHA with 10 random start-up trials whatever K (the default starts with 2 x K)
   tpe+asha-quarter  TPE + ASHA with 2 x K random start-up trials, but at least 10 and at most a quarter
                   of the budget
+  gp              Optuna 5's GPSampler (it conditions on the running trials), no scheduler; needs PyTorch
+  gp+asha         the same with ASHA: GP models only trials that trained every epoch
+  cmaes           Optuna's CMA-ES, no scheduler: it moves lr, dropout and foreground oversampling, the
+                  six categorical parameters are drawn at random; needs the cmaes package
   default         what a search file with distmis's defaults runs at that K and budget (TPE + ASHA,
                   or random + ASHA at 16 or more trials at once for 8 rounds or fewer)
 
-The TPE methods keep TPE's start-up at max(2 x K, min(10, budget/4)) random trials, the rule the
+The TPE, GP and CMA-ES methods keep the start-up at max(2 x K, min(10, budget/4)) random trials, the rule the
 study measured; ``default`` follows distmis's current rule.
 
     python benchmarks/search_scale.py --seeds 10        # K x budget: 1x64 4x64 8x64 8x128 32x128 32x256 128x256
@@ -80,10 +84,13 @@ METHODS: dict[str, dict[str, Any]] = {
     "tpe+hyperband": {"algorithm": "optuna", "scheduler": {**ASHA, "brackets": 3}},
     "tpe+asha-s10": {"algorithm": "optuna", "scheduler": ASHA, "startup_trials": 10},
     "tpe+asha-quarter": {"algorithm": "optuna", "scheduler": ASHA},  # start-up trials set per scale below
+    "gp": {"algorithm": "gp", "scheduler": {"type": "none"}},
+    "gp+asha": {"algorithm": "gp", "scheduler": ASHA},
+    "cmaes": {"algorithm": "cmaes", "scheduler": {"type": "none"}},
     "default": {"algorithm": "optuna"},  # distmis's defaults at this scale, whatever they are
 }
 #: TPE's start-up as the study measured it, 2 x K (before the defaults followed the scale)
-TWICE_K = ("tpe", "tpe+asha", "tpe+hyperband")
+TWICE_K = ("tpe", "tpe+asha", "tpe+hyperband", "gp", "gp+asha", "cmaes")
 
 
 def method_config(method: str, *, budget: int, workers: int, seed: int) -> ExperimentConfig:

@@ -230,7 +230,9 @@ class SchedulerConfig(_Section):
     brackets: int = Field(1, ge=1)
 
 
-#: trials at once from which a search with few rounds samples at random (see SearchConfig.tpe_startup_trials)
+#: the samplers that model the results after their random start-up trials, and what each models with
+MODEL_SAMPLERS = {"optuna": "TPE", "gp": "GP", "cmaes": "CMA-ES"}
+#: trials at once from which a search with few rounds samples at random (see SearchConfig.sampler_startup_trials)
 CLUSTER_SCALE = 16
 #: rounds of concurrent trials (num_samples / concurrency) above which TPE beats random sampling at that scale
 ROUNDS_FOR_TPE = 8
@@ -241,9 +243,14 @@ class SearchConfig(_Section):
     per trial), in order (``distmis compare`` uses it so that every parallelism mode trains the
     same ones); with ``optuna`` or ``random``, configurations tried first, before the sampler
     proposes its own (a known-good configuration; a parameter a point
-    leaves out is sampled)."""
+    leaves out is sampled).
 
-    algorithm: Literal["optuna", "random", "grid", "points"] = "optuna"
+    Samplers: ``optuna`` is Optuna's TPE (multivariate, constant liar), ``random`` Optuna's
+    random sampler, ``gp`` Optuna's Gaussian-process sampler (it models the running trials too;
+    needs PyTorch on the machine that runs the search), ``cmaes`` Optuna's CMA-ES over the
+    numeric parameters, the categorical ones sampled at random (needs the ``cmaes`` package)."""
+
+    algorithm: Literal["optuna", "random", "gp", "cmaes", "grid", "points"] = "optuna"
     points: list[dict[str, Any]] | None = None
     metric: str = VAL_DICE
     mode: Literal["max", "min"] = "max"
@@ -253,14 +260,16 @@ class SearchConfig(_Section):
     startup_trials: int | None = Field(
         None,
         ge=1,
-        description="random trials before TPE models the results; default max(2 x concurrency, min(10, num_samples/4)), "
+        description="random trials before the sampler (TPE, GP, CMA-ES) models the results; default "
+        "max(2 x concurrency, min(10, num_samples/4)), "
         "and every trial when 16 or more run at once for 8 rounds or fewer",
     )
     scheduler: SchedulerConfig = SchedulerConfig()
     max_failures: int = Field(2, ge=0)
 
-    def tpe_startup_trials(self, concurrency: int) -> int:
-        """Random trials TPE starts with: ``startup_trials``, else the rule in its description.
+    def sampler_startup_trials(self, concurrency: int) -> int:
+        """Random trials the sampler (TPE, GP, CMA-ES) starts with: ``startup_trials``, else the rule
+        in its description.
 
         At cluster scale with few rounds (``num_samples <= 8 x concurrency`` with 16 or more trials
         at once) every trial is random: simulated on the shipped anatomy curves, random sampling with
@@ -343,7 +352,7 @@ class ExperimentConfig(_Section):
         if s.algorithm == "points" and self.space and not s.points:  # (a trial's own config has no space left)
             raise ValueError("search.points: algorithm 'points' needs a non-empty list of configurations")
         if s.points is not None and s.algorithm == "grid":
-            raise ValueError("search.points: a grid runs its own points; use algorithm points, optuna or random")
+            raise ValueError("search.points: a grid runs its own points; use algorithm points or a sampler")
         if s.points and self.space:
             problems = point_problems(self.space, s.points, exact=s.algorithm == "points")
             if problems:
@@ -608,6 +617,7 @@ __all__ = [
     "DataConfig",
     "FoldConfig",
     "ExperimentConfig",
+    "MODEL_SAMPLERS",
     "ModelConfig",
     "OptimizerConfig",
     "ParallelismConfig",

@@ -115,7 +115,30 @@ def _check_search(config: ExperimentConfig) -> list[tuple[tuple[Any, ...], str]]
         )
     if s.algorithm == "grid" and config.space:
         problems += grid_problems(config.space)
+    missing = _missing_sampler_package(s.algorithm)
+    if missing:
+        problems.append((("search", "algorithm"), missing))
     return problems
+
+
+#: the package each optional Optuna sampler imports, and how a user installs it
+_SAMPLER_PACKAGES = {
+    "gp": ("torch", "PyTorch (pip install 'distmis[gp]', or torch)"),
+    "cmaes": ("cmaes", "the cmaes package (pip install 'distmis[cmaes]', or cmaes)"),
+}
+
+
+def _missing_sampler_package(algorithm: str) -> str | None:
+    """Why ``algorithm`` cannot run here, where Optuna would only fail at the first proposal: the
+    sampler runs in the driver, so the check belongs to the machine that starts the search."""
+    import importlib.util
+
+    if algorithm not in _SAMPLER_PACKAGES:
+        return None
+    module, install = _SAMPLER_PACKAGES[algorithm]
+    if importlib.util.find_spec(module) is not None:
+        return None
+    return f"{algorithm!r} needs {install}, which is not installed in this Python"
 
 
 def data_facts(config: ExperimentConfig, base_dir: Path) -> DataFacts:

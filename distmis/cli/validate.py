@@ -55,24 +55,28 @@ def describe_recipe(config: ExperimentConfig) -> str:
 
 def _describe_sampler(s: SearchConfig) -> str:
     """TPE's random start-up at the file's concurrency, or at the scales it may run at when the
-    cluster decides it (:meth:`~distmis.config.SearchConfig.tpe_startup_trials`): a search of few
+    cluster decides it (:meth:`~distmis.config.SearchConfig.sampler_startup_trials`): a search of few
     rounds at cluster scale samples every trial at random."""
 
+    from distmis.config import MODEL_SAMPLERS
+
+    model = MODEL_SAMPLERS[s.algorithm]
+
     def at(k: int) -> str:
-        startup = s.tpe_startup_trials(k)
+        startup = s.sampler_startup_trials(k)
         if startup >= s.num_samples:
             return f"all {s.num_samples} trials random (random search)"
-        return f"TPE after {startup} random start-up trials"
+        return f"{model} after {startup} random start-up trials"
 
     if s.startup_trials or s.max_concurrent_trials:
-        return f"optuna ({at(s.max_concurrent_trials or 1)})"
+        return f"{s.algorithm} ({at(s.max_concurrent_trials or 1)})"
     scales = "; ".join(f"{k} at once: {at(k)}" for k in (1, 8, 32, 128))
-    return f"optuna (the concurrency decides: {scales})"
+    return f"{s.algorithm} (the concurrency decides: {scales})"
 
 
 def describe_space(config: ExperimentConfig) -> str:
     """What the search will do: algorithm, budget, metric, and every parameter with the field it sets."""
-    from distmis.config import resolve_param_name
+    from distmis.config import MODEL_SAMPLERS, resolve_param_name
     from distmis.space import grid_points, ordered_params
 
     s = config.search
@@ -82,7 +86,10 @@ def describe_space(config: ExperimentConfig) -> str:
         else f"ASHA (grace {s.scheduler.grace_period}, factor {s.scheduler.reduction_factor:g}, "
         f"{s.scheduler.brackets} bracket(s))"
     )
-    algorithm = _describe_sampler(s) if s.algorithm == "optuna" else s.algorithm
+    if s.algorithm in ("gp", "cmaes") and s.scheduler.type != "none":
+        # Optuna's GP and CMA-ES model only complete trials, so a trial ASHA stops teaches them nothing
+        scheduler += f"; {MODEL_SAMPLERS[s.algorithm]} models only the trials it lets train every epoch"
+    algorithm = _describe_sampler(s) if s.algorithm in MODEL_SAMPLERS else s.algorithm
     lines = [
         f"search '{config.name}': {algorithm}, {s.num_samples} samples, {scheduler}, "
         f"metric {s.metric} ({s.mode}), parallelism {config.parallelism.mode}"

@@ -55,8 +55,10 @@ def print_cv_table(plan: FinalizePlan, tables: dict[str, dict[str, dict[str, Any
 
     key = cv_metric(plan.config.search.metric) or MAIN
     table = Table(title=f"{plan.folds}-fold cross-validation ({key}, mean ± std over folds)", title_justify="left")
-    for column in ("configuration", f"CV {key}", "search value", "selection bias", "chosen"):
-        table.add_column(column, justify="left" if column == "configuration" else "right")
+    # the figures never wrap on an 80-column terminal or log; a long configuration wraps instead
+    table.add_column("configuration", justify="left", ratio=1)
+    for column in (f"CV {key}", "search value", "selection bias", "chosen"):
+        table.add_column(column, justify="right", no_wrap=True)
     for name, search, mean, std, bias, _, chosen in rows(plan, tables, selection):
         table.add_row(name, f"{mean} ± {std}", search, bias, chosen)
     console().print(table)

@@ -235,13 +235,28 @@ class OptunaSearcher(Searcher):
 
 
 def build_sampler(algorithm: str, seed: int, startup_trials: int) -> optuna.samplers.BaseSampler:
-    """Optuna's sampler for ``search.algorithm`` (``optuna``: TPE; ``random``)."""
+    """Optuna's sampler for ``search.algorithm``: ``optuna`` (TPE), ``random``, ``gp`` or ``cmaes``."""
     import optuna
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         if algorithm == "random":
             return optuna.samplers.RandomSampler(seed=seed)
+        if algorithm == "gp":
+            # GP conditions on the running trials' pending points itself (Optuna 5), so concurrent
+            # trials get different proposals without a constant liar
+            return optuna.samplers.GPSampler(
+                seed=seed, n_startup_trials=startup_trials, warn_independent_sampling=False
+            )
+        if algorithm == "cmaes":
+            # CMA-ES moves only the numeric parameters; a categorical one is drawn at random, which
+            # is what independent sampling means here, so it is not warned about per trial
+            return optuna.samplers.CmaEsSampler(
+                seed=seed,
+                n_startup_trials=startup_trials,
+                independent_sampler=optuna.samplers.RandomSampler(seed=seed),
+                warn_independent_sampling=False,
+            )
         # constant_liar: concurrent trials see each other as pending, so TPE does not propose the
         # same point to every free worker; multivariate + group model the parameters jointly and
         # handle conditional spaces

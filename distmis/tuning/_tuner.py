@@ -58,7 +58,7 @@ def searcher(config: ExperimentConfig, out: Path, concurrency: int) -> tuple[Any
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # "A new study created in Journal ..." is noise here
     from distmis.tuning._searcher import OptunaSearcher, build_sampler
 
-    startup = s.tpe_startup_trials(concurrency)
+    startup = s.sampler_startup_trials(concurrency)
     optuna_searcher = OptunaSearcher(
         space=define_by_run(config.space),
         metric=s.metric,

@@ -136,6 +136,54 @@ def test_tpe_is_driven_through_the_searcher_distmis_tune_builds(tmp_path: Path, 
     assert [v for _, v in again.events] == [v for _, v in run.events]  # a seed fixes what the search does
 
 
+def test_cmaes_is_driven_through_the_searcher_distmis_tune_builds(tmp_path: Path, table_file: Path) -> None:
+    """CMA-ES proposes lr itself once its two start-up trials are done; norm, categorical, is drawn."""
+    pytest.importorskip("cmaes")
+    search = _search(tmp_path, "cmaes", "cmaes", samples=12)
+    doc = yaml.safe_load(search.read_text())
+    doc["search"]["startup_trials"] = 2
+    search.write_text(yaml.safe_dump(doc))
+    config, surrogate, costs = _prepared(search, table_file)
+    run = simulate_search(config, surrogate, workers=2, costs=costs, seed=1)
+    again = simulate_search(config, surrogate, workers=2, costs=costs, seed=1)
+    assert run.trials == 12 and set(run.best_params) == {"lr", "norm"}
+    assert [v for _, v in again.events] == [v for _, v in run.events]
+    random = _search(tmp_path, "random", "random", samples=12)
+    config, surrogate, costs = _prepared(random, table_file)
+    assert [v for _, v in simulate_search(config, surrogate, workers=2, costs=costs, seed=1).events] != [
+        v for _, v in run.events
+    ]  # not random search under another name
+
+
+@pytest.mark.parametrize(("algorithm", "module", "named"), [("gp", "torch", "PyTorch"), ("cmaes", "cmaes", "cmaes")])
+def test_a_sampler_whose_package_is_missing_is_one_error_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], algorithm: str, module: str, named: str
+) -> None:
+    """The sampler runs in the driver: a missing package is found by validate, not at the first proposal."""
+    import importlib.util
+
+    if importlib.util.find_spec(module) is not None:
+        pytest.skip(f"{module} is installed here")
+    search = _search(tmp_path, algorithm, algorithm)
+    before = _sha(search)
+    assert main(["validate", str(search), "--no-data"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("distmis: error:")
+    assert "search.algorithm" in err[0] and named in err[0] and str(search) in err[0]
+    assert _sha(search) == before
+
+
+def test_validate_says_that_gp_and_cmaes_learn_only_from_complete_trials(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("cmaes")
+    search = _search(tmp_path, "cmaes", "cmaes", samples=64, scheduler={"type": "asha"})
+    assert main(["validate", str(search), "--no-data"]) == 0
+    out = capsys.readouterr().out
+    assert "CMA-ES models only the trials it lets train every epoch" in out
+    assert "1 at once: CMA-ES after 10 random start-up trials" in out
+
+
 def test_the_surrogate_answers_a_recorded_configuration_with_its_own_curve(table_file: Path, tmp_path: Path) -> None:
     _, surrogate, _ = _prepared(_search(tmp_path, "random", "random"), table_file)
     import numpy as np
