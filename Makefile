@@ -33,7 +33,7 @@ demo: install
 	DISTMIS_DATA_HOME=$(CURDIR)/data $(BIN)/distmis finalize $(DEMO_OUT) --top 2 --folds 3
 	@echo "== the best trial's model and the ensemble on the held-out test cases (raw NIfTI in, segmentation NIfTI out)"
 	DISTMIS_DATA_HOME=$(CURDIR)/data $(BIN)/distmis evaluate $(DEMO_OUT)/best --split test
-	DISTMIS_DATA_HOME=$(CURDIR)/data $(BIN)/distmis evaluate $(DEMO_OUT)/final --split test --out $(DEMO_OUT)/evaluate-final-test
+	DISTMIS_DATA_HOME=$(CURDIR)/data $(BIN)/distmis evaluate $(DEMO_OUT)/final --split test
 	@echo
 	@echo "== where to look"
 	@echo "  results table:     $(DEMO_OUT)/results.csv"

@@ -94,6 +94,17 @@ class RunFile:
     REPORT: Final = "report.md"
     #: what finalize did case by case (its out-of-fold predictions)
     FINALIZE_LOG: Final = "finalize.log"
+    #: a search's best model, beside which its evaluations are written
+    BEST_MODEL_DIR: Final = "best"
+
+    @staticmethod
+    def evaluation_dir(model_dir: str, split: str) -> str:
+        """The folder an evaluation of ``model_dir`` on ``split`` is written to, beside the model:
+        ``evaluate-<split>`` for a search's ``best/``, ``evaluate-<model>-<split>`` for any other
+        model (a finalize's ``final/``), so that two models of one search never share one."""
+        if model_dir == RunFile.BEST_MODEL_DIR:
+            return f"evaluate-{split}"
+        return f"evaluate-{model_dir}-{split}"
 
 
 __all__ = ["RunFile", "Tag"]

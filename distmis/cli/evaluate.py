@@ -24,7 +24,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--split", default="test", help="split of the prepared directory (default test); 'all' for an MSD directory"
     )
-    p.add_argument("--out", default=None, help="output directory (default <model>/../evaluate-<split>)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="output directory (default beside the model: evaluate-<split> for a search's best/, "
+        "evaluate-<model>-<split> for another model such as final/)",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
     p.add_argument("--no-track", action="store_true", help="do not log the evaluation to MLflow")
     add_window_arguments(p)

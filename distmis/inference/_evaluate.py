@@ -359,7 +359,9 @@ def evaluate(
     record = read_model_record(model_dir)
     check_model_splits(record, source)
     cases = evaluation_cases(source, split)
-    out = Path(out) if out is not None else model_dir.parent / f"evaluate-{split}"
+    if out is None:  # the folder's own name, not a link's target: the model is named as the user named it
+        out = model_dir.parent / RunFile.evaluation_dir(model_dir.absolute().name, split)
+    out = Path(out)
     check_output(out, option="--out", inputs={"model": model_dir, "data": source, "raw dataset": raw_dataset(source)})
     check_replaceable(out, option="--out", overwrite=overwrite)
     options.check()
@@ -412,7 +414,8 @@ def search_tracking(model_dir: Path) -> dict[str, Any] | None:
 
 
 def log_evaluation(model_dir: Path, out: Path, summary: dict[str, Any]) -> str | None:
-    """A nested run ``evaluate-<split>`` under the search's parent run, with metrics and files.
+    """A nested run under the search's parent run, named as the default output folder
+    (:meth:`RunFile.evaluation_dir`), with metrics and files.
 
     A tracking failure never loses the evaluation (its files are already written): it is
     reported as one warning and ``None`` is returned.
@@ -438,7 +441,7 @@ def log_evaluation(model_dir: Path, out: Path, summary: dict[str, Any]) -> str |
         run_id = start_run(
             client,
             info["experiment_id"],
-            f"evaluate-{summary['split']}",
+            RunFile.evaluation_dir(model_dir.absolute().name, summary["split"]),
             tags=tags,
             params=params,
             parent_run_id=info["parent_run_id"],

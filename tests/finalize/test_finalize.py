@@ -112,8 +112,12 @@ def test_finalize_chooses_by_cross_validation_and_writes_an_ensemble(search: Pat
     # the one honest test score, and predict keeping the source geometry
     evaluated = _distmis("evaluate", str(final), "--split", "test")
     assert evaluated.returncode == 0, evaluated.stdout[-2000:] + evaluated.stderr[-2000:]
-    summary = json.loads((search / "evaluate-test" / "summary.json").read_text())
+    summary = json.loads((search / "evaluate-final-test" / "summary.json").read_text())
     assert summary["scored"] == 2 and summary["options"]["tta"] is True
+    # the search's best model is evaluated beside it, into its own folder, not refused as taken
+    best = _distmis("evaluate", str(search / "best"), "--split", "test")
+    assert best.returncode == 0, best.stdout[-2000:] + best.stderr[-2000:]
+    assert json.loads((search / "evaluate-test" / "summary.json").read_text())["model"] != summary["model"]
     raw = Path(load_manifest(json.loads((search / "summary.json").read_text())["prepared"]).info["source"]["path"])
     scan = next((raw / "imagesTs").glob("*.nii.gz"))
     predicted = _distmis("predict", str(final), str(scan), "--out", str(tmp_path / "pred.nii.gz"))
