@@ -94,7 +94,7 @@ class RunFile:
     REPORT: Final = "report.md"
     #: what finalize did case by case (its out-of-fold predictions)
     FINALIZE_LOG: Final = "finalize.log"
-    #: a search's best model, beside which its evaluations are written
+    #: the best model of a trial and of a search (beside which its evaluations are written)
     BEST_MODEL_DIR: Final = "best"
 
     @staticmethod

@@ -3,7 +3,6 @@
 from distmis.metrics import EpochMetrics
 from distmis.training._loop import Trainer, assign_by_path, load_arrays, save_arrays
 from distmis.training._run import (
-    BEST_DIR,
     CHECKPOINT_DIR,
     FitResult,
     RunSession,
@@ -13,7 +12,6 @@ from distmis.training._run import (
 from distmis.training._runtime import configure_tensorflow, release_in_background
 
 __all__ = [
-    "BEST_DIR",
     "CHECKPOINT_DIR",
     "EpochMetrics",
     "FitResult",

@@ -49,7 +49,6 @@ if TYPE_CHECKING:
     import tensorflow as tf
 
 CHECKPOINT_DIR = "checkpoint"
-BEST_DIR = "best"
 
 EpochCallback = Callable[[EpochMetrics, Path | None], bool | None]
 
@@ -247,7 +246,9 @@ class RunSession:
         return metrics
 
     def _write_best(self, arrays: dict, row: dict[str, float]) -> None:
-        with atomic_directory(self.run_dir / BEST_DIR, command="train (best model)", inside_own_output=True) as tmp:
+        with atomic_directory(
+            self.run_dir / RunFile.BEST_MODEL_DIR, command="train (best model)", inside_own_output=True
+        ) as tmp:
             save_arrays(tmp / RunFile.WEIGHTS, {k: v for k, v in arrays.items() if k.startswith("model/")})
             dump_config(self.config, tmp / RunFile.CONFIG)
             record = ModelPreprocessing.of_prepared(self.manifest.info)

@@ -288,9 +288,11 @@ def summarise(
     if scored:
         best = (max if mode == "max" else min)(scored, key=lambda r: r.best[metric])
         dump_config(apply_params(config, best.params), out / RunFile.BEST)
-        src = out / RunFile.TRIALS_DIR / best.trial_id / "best"
+        src = out / RunFile.TRIALS_DIR / best.trial_id / RunFile.BEST_MODEL_DIR
         if src.is_dir():
-            with atomic_directory(out / "best", command="tune (best model)", inside_own_output=True) as tmp:
+            with atomic_directory(
+                out / RunFile.BEST_MODEL_DIR, command="tune (best model)", inside_own_output=True
+            ) as tmp:
                 shutil.copytree(src, tmp, dirs_exist_ok=True)
     intervals = [(r.started_at, r.finished_at) for r in rows if r.started_at is not None and r.finished_at is not None]
     summary = SearchSummary(
