@@ -26,39 +26,21 @@ import ctypes
 import errno
 import json
 import os
+import secrets
 import shutil
-import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from distmis.exceptions import DistmisError, OutputError
-from distmis.links import ensure_directory, open_nofollow, refuse_link
+from distmis.links import NOFOLLOW, ensure_directory, open_nofollow, refuse_link
 from distmis.locks import LOCK_FILE, output_lock, sibling_lock
 
 MARKER = ".distmis-output"
 SIGNATURE = "distmis"
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
-
-
-# --------------------------------------------------------------------------- modes
-def current_umask() -> int:
-    """The process umask, read without changing it (``os.umask`` can only be read by setting it)."""
-    with contextlib.suppress(OSError, ValueError):
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def _as_umask_allows(path: Path, *, directory: bool) -> None:
-    base = 0o777 if directory else 0o666
-    with contextlib.suppress(OSError):
-        path.chmod(base & ~current_umask())
 
 
 # --------------------------------------------------------------------------- ownership
@@ -386,18 +368,26 @@ def is_temporary(name: str) -> bool:
 
 def temporary_sibling(target: Path, *, directory: bool = False) -> Path:
     """A new, empty temporary file (or directory) beside ``target``, to be renamed over it when
-    complete; its permissions are those the umask gives, as for any file distmis writes."""
+    complete; its permissions are those the umask gives, as for any file distmis writes.
+
+    Created with the modes a new file or directory asks for (0o666, 0o777), so the kernel applies
+    the umask: ``tempfile``'s private 0o600 would need a chmod after it, and the umask read first,
+    for every file Ray Tune copies into a search's ``tune/`` (all of them, every few seconds).
+    """
     # a short temporary name: a target name near the filesystem limit must still fit
     parent = target.parent if str(target.parent) else Path()
-    if directory:
-        tmp = Path(tempfile.mkdtemp(prefix=TEMPORARY_PREFIX, dir=parent))
-    else:
-        suffix = "".join(target.suffixes[-2:])[:16] if target.suffixes else ""
-        fd, name = tempfile.mkstemp(prefix=TEMPORARY_PREFIX, suffix=suffix, dir=parent)
-        os.close(fd)
-        tmp = Path(name)
-    _as_umask_allows(tmp, directory=directory)
-    return tmp
+    suffix = "" if directory else "".join(target.suffixes[-2:])[:16]
+    for _ in range(100):
+        tmp = parent / f"{TEMPORARY_PREFIX}{secrets.token_hex(6)}{suffix}"
+        try:
+            if directory:
+                tmp.mkdir(0o777)
+            else:
+                os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o666))
+        except FileExistsError:
+            continue  # a name already taken: draw another
+        return tmp
+    raise FileExistsError(errno.EEXIST, "no free temporary name beside it", str(target))
 
 
 @contextlib.contextmanager
@@ -662,7 +652,6 @@ __all__ = [
     "check_location",
     "check_output",
     "check_replaceable",
-    "current_umask",
     "disk_failure",
     "ensure_directory",
     "file_signature",

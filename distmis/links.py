@@ -29,7 +29,8 @@ _MODES = {
     "a+": os.O_RDWR | os.O_CREAT | os.O_APPEND,
     "r+": os.O_RDWR | os.O_CREAT,
 }
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+#: the flags every file distmis opens takes: a symbolic link is not followed, nor handed to a child
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 def link_error(path: str | os.PathLike[str], *, what: str = "") -> OutputError:
@@ -68,7 +69,7 @@ def open_nofollow(path: str | os.PathLike[str], mode: str = "w", *, what: str = 
     """
     binary = "b" in mode
     base = mode.replace("b", "").replace("t", "")
-    flags = _MODES[base] | _NOFOLLOW
+    flags = _MODES[base] | NOFOLLOW
     existed = os.path.lexists(path)
     try:
         fd = os.open(path, flags | os.O_NONBLOCK, 0o666)
@@ -113,4 +114,4 @@ def ensure_directory(path: str | os.PathLike[str], *, what: str = "") -> Path:
     return path
 
 
-__all__ = ["ensure_directory", "link_error", "open_nofollow", "refuse_link"]
+__all__ = ["NOFOLLOW", "ensure_directory", "link_error", "open_nofollow", "refuse_link"]

@@ -140,3 +140,45 @@ def _import_banners_dropped() -> Iterator[None]:
                 if not any(banner in line for banner in _IMPORT_BANNERS):
                     sys.stderr.write(line)
             sys.stderr.flush()
+
+
+#: how TensorFlow names the registration of a ``tf.custom_gradient`` traced in a graph
+_CUSTOM_GRADIENT_PREFIX = "CustomGradient-"
+
+
+def _gradient_registry() -> dict[str, Any] | None:
+    """TensorFlow's process-wide gradient registry (name -> entry), or None where this TensorFlow
+    keeps it elsewhere (then nothing is forgotten, and nothing breaks)."""
+    import_tensorflow()
+    try:
+        from tensorflow.python.framework import ops
+    except ImportError:
+        return None
+    entries = getattr(getattr(ops, "_gradient_registry", None), "_registry", None)
+    return entries if isinstance(entries, dict) else None
+
+
+def custom_gradient_names() -> frozenset[str]:
+    """The graph-mode custom gradients registered in this process so far: take it before a trial
+    traces its steps, and hand it to :func:`forget_custom_gradients` once the trial is over."""
+    entries = _gradient_registry()
+    return frozenset(k for k in entries or () if k.startswith(_CUSTOM_GRADIENT_PREFIX))
+
+
+def forget_custom_gradients(kept: frozenset[str]) -> int:
+    """Unregister the graph-mode custom gradients registered since ``kept``; returns how many.
+
+    Why: each trace of a ``tf.custom_gradient`` registers its gradient function under a new
+    name in a registry that is never pruned, and that function holds the traced graph (TensorFlow
+    #97697). Keras's optimiser all-reduces its gradients through one, so every trial's train step
+    stays in memory in a process that runs trial after trial, and every full garbage collection
+    walks it again (``benchmarks/warm_trials.py``). Call only once the graphs traced since ``kept``
+    will never be differentiated again: the trial that traced them has ended.
+    """
+    entries = _gradient_registry()
+    if entries is None:
+        return 0
+    stale = [k for k in list(entries) if k.startswith(_CUSTOM_GRADIENT_PREFIX) and k not in kept]
+    for name in stale:
+        entries.pop(name, None)
+    return len(stale)

@@ -20,32 +20,59 @@ file such a kill leaves behind matches no pattern of Tune's; a ``--resume`` remo
 
 from __future__ import annotations
 
+import io
 import os
+import stat
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pyarrow
 import pyarrow.fs as pafs
 
 from distmis.files import is_temporary, open_nofollow, refuse_link, temporary_sibling
+from distmis.links import NOFOLLOW
+
+#: a file up to this size is held in memory until it is closed, and left alone when the file
+#: under its name already holds the same bytes; a larger one goes on in its temporary file
+_COMPARED_BYTES = 256 * 1024
 
 
 class _WholeFile:
-    """A binary file written under a temporary name and renamed to ``path`` when closed; a write
-    or close that fails (a full disk) removes the temporary file and leaves ``path`` as it was."""
+    """A binary file that replaces ``path`` only when complete (written under a temporary name and
+    renamed), and not at all when ``path`` already holds the same bytes; a write or close that
+    fails (a full disk) removes the temporary file and leaves ``path`` as it was.
+
+    Why the comparison: Tune copies every file of its experiment directory at each sync, and only
+    the running trials' files have changed. A temporary file and a rename for each of them made
+    the driver's work per sync grow with every trial the search has run
+    (``benchmarks/tune_storage.py``).
+    """
 
     def __init__(self, path: str) -> None:
         self._path = Path(path)
-        self._partial = temporary_sibling(self._path)
-        try:
-            self._file = self._partial.open("wb")  # closed (and renamed) by close()
-        except BaseException:
-            self._partial.unlink(missing_ok=True)
-            raise
+        self._buffer: io.BytesIO | None = io.BytesIO()
+        self._partial: Path | None = None
+        self._file: IO[bytes] | None = None
         self._failed = False
+        self._closed = False
+
+    def _to_partial(self) -> IO[bytes]:
+        """The temporary file, created now and given what the buffer holds."""
+        self._partial = temporary_sibling(self._path)
+        self._file = self._partial.open("wb")  # closed (and renamed) by close()
+        if self._buffer is not None:
+            self._file.write(self._buffer.getvalue())
+            self._buffer = None
+        return self._file
 
     def write(self, data: Any) -> int:
         try:
+            if self._buffer is not None:
+                written = self._buffer.write(data)
+                if self._buffer.tell() > _COMPARED_BYTES:
+                    self._to_partial()
+                return written
+            assert self._file is not None
             return self._file.write(data)
         except BaseException as exc:
             self._failed = True  # a full disk: the file under its name stays as it was
@@ -53,7 +80,8 @@ class _WholeFile:
 
     def flush(self) -> None:
         try:
-            self._file.flush()
+            if self._file is not None:
+                self._file.flush()
         except BaseException as exc:
             self._failed = True
             raise self._naming(exc) from exc
@@ -65,30 +93,56 @@ class _WholeFile:
         return exc
 
     def tell(self) -> int:
+        if self._buffer is not None:
+            return self._buffer.tell()
+        assert self._file is not None
         return self._file.tell()
 
     @property
     def closed(self) -> bool:
-        return self._file.closed
+        return self._closed
+
+    def _unchanged(self, data: bytes) -> bool:
+        """Whether ``path`` is a regular file of one name that holds ``data`` already (read without
+        following a link: a link is never taken for the file, and is refused by the write)."""
+        try:
+            fd = os.open(self._path, os.O_RDONLY | os.O_NONBLOCK | NOFOLLOW)
+        except OSError:
+            return False
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 or info.st_size != len(data):
+                return False
+            held = b""
+            while len(held) <= len(data) and (chunk := os.read(fd, len(data) + 1 - len(held))):
+                held += chunk
+            return held == data
+        finally:
+            os.close(fd)
 
     def close(self) -> None:
-        if self._file.closed:
+        if self._closed:
             return
+        self._closed = True
         try:
+            if self._failed:  # after a failed write the caller closes too: the write's error is the one to see
+                return
+            if self._buffer is not None:
+                if self._unchanged(self._buffer.getvalue()):
+                    return
+                self._to_partial()
+            refuse_link(self._path)
+            assert self._file is not None and self._partial is not None
             self._file.close()
+            self._partial.replace(self._path)
         except BaseException as exc:
             self._failed = True
             raise self._naming(exc) from exc
         finally:
-            if self._failed:
+            if self._file is not None and not self._file.closed:
+                self._file.close()
+            if self._failed and self._partial is not None:
                 self._partial.unlink(missing_ok=True)
-        if not self._failed:  # after a failed write the caller closes too: the write's error is the one to see
-            try:
-                refuse_link(self._path)
-            except BaseException:
-                self._partial.unlink(missing_ok=True)
-                raise
-            self._partial.replace(self._path)
 
 
 class WholeFileLocalHandler(pafs.FileSystemHandler):

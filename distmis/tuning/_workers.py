@@ -67,14 +67,20 @@ class TrialSession:
         self.rank, self.world = rank, world
         self.strategy: Any = None
         self.session: Any = None
+        #: the custom gradients registered before this process's current trial traced its steps
+        self.gradients_before: frozenset[str] | None = None
 
     def start(self, spec: TrialStart) -> int:
         """A new run for this trial; returns the epoch it starts from."""
         from distmis.config import ExperimentConfig, apply_params
+        from distmis.tensorflow_env import custom_gradient_names, forget_custom_gradients
         from distmis.training import RunSession, release_in_background
 
         t0 = time.perf_counter()
         release_in_background(self, "session")  # the previous trial's run goes, off this path
+        if self.gradients_before is not None:
+            forget_custom_gradients(self.gradients_before)  # or its traced train step stays with the process
+        self.gradients_before = custom_gradient_names()
         # no keras.backend.clear_session(): the layer names are explicit, and clearing the kernel cache
         # waits for the previous trial's input pipeline to shut down, which can take seconds
         config = apply_params(ExperimentConfig.model_validate(spec.base_config), spec.params)

@@ -19,6 +19,7 @@ import pyarrow.fs as pafs
 import pytest
 from _support.smalldisk import small_disk
 
+from distmis.exceptions import OutputError
 from distmis.files import TEMPORARY_PREFIX, temporary_sibling
 from distmis.tuning import remove_partials, tune_storage
 
@@ -94,3 +95,35 @@ def test_a_write_that_meets_a_full_disk_reports_it_and_leaves_the_old_file(tmp_p
         # the disk's error, not one from the clean-up after it (the close that follows the failed write)
         assert failed.value.errno == errno.ENOSPC, failed.value
         assert state.read_bytes() == b"old state" and [p.name for p in disk.iterdir()] == [state.name]
+
+
+def test_a_file_that_already_holds_the_same_bytes_is_left_alone_and_a_link_is_still_refused(tmp_path: Path) -> None:
+    """Tune copies every file of its experiment at each sync: an unchanged one is not written again
+    (same inode, no temporary left), a changed one is replaced whole, and a link to a file with the
+    very same bytes is refused as any link is."""
+    source, out = tmp_path / "staging", tmp_path / "out"
+    source.mkdir()
+    (source / "result.json").write_bytes(b'{"epoch": 1}\n')
+    (source / "progress.csv").write_bytes(b"epoch\n1\n")
+    out.mkdir()
+    storage = tune_storage()
+    pafs.copy_files(str(source), str(out), destination_filesystem=storage)
+    before = {p.name: p.stat().st_ino for p in out.iterdir()}
+    (source / "progress.csv").write_bytes(b"epoch\n1\n2\n")
+    pafs.copy_files(str(source), str(out), destination_filesystem=storage)
+    assert (out / "result.json").stat().st_ino == before["result.json"]
+    assert (out / "progress.csv").stat().st_ino != before["progress.csv"]
+    assert (out / "progress.csv").read_bytes() == b"epoch\n1\n2\n"
+    assert sorted(p.name for p in out.iterdir()) == ["progress.csv", "result.json"]
+
+    precious = tmp_path / "precious.json"
+    precious.write_bytes(b'{"epoch": 1}\n')
+    (out / "result.json").unlink()
+    (out / "result.json").symlink_to(precious)
+    with (
+        pytest.raises(OutputError, match="symbolic link"),
+        storage.open_output_stream(str(out / "result.json")) as stream,
+    ):
+        stream.write(b'{"epoch": 1}\n')  # what the copy writes for that file
+    assert (out / "result.json").is_symlink() and precious.read_bytes() == b'{"epoch": 1}\n'
+    assert sorted(p.name for p in out.iterdir()) == ["progress.csv", "result.json"]
