@@ -56,14 +56,13 @@ class _WholeFile:
         self._failed = False
         self._closed = False
 
-    def _to_partial(self) -> IO[bytes]:
-        """The temporary file, created now and given what the buffer holds."""
+    def _to_partial(self) -> None:
+        """Go on in the temporary file, created now and given what the buffer holds."""
         self._partial = temporary_sibling(self._path)
         self._file = self._partial.open("wb")  # closed (and renamed) by close()
         if self._buffer is not None:
             self._file.write(self._buffer.getvalue())
             self._buffer = None
-        return self._file
 
     def write(self, data: Any) -> int:
         try:
@@ -104,7 +103,10 @@ class _WholeFile:
 
     def _unchanged(self, data: bytes) -> bool:
         """Whether ``path`` is a regular file of one name that holds ``data`` already (read without
-        following a link: a link is never taken for the file, and is refused by the write)."""
+        following a link: a link is never taken for the file, and is refused by the write).
+
+        Not :func:`open_nofollow`: it opens for writing, which a read-only file refuses, and this
+        runs for every file of every sync of Tune's."""
         try:
             fd = os.open(self._path, os.O_RDONLY | os.O_NONBLOCK | NOFOLLOW)
         except OSError:
@@ -127,11 +129,11 @@ class _WholeFile:
         try:
             if self._failed:  # after a failed write the caller closes too: the write's error is the one to see
                 return
-            if self._buffer is not None:
-                if self._unchanged(self._buffer.getvalue()):
-                    return
-                self._to_partial()
+            if self._buffer is not None and self._unchanged(self._buffer.getvalue()):
+                return
             refuse_link(self._path)
+            if self._buffer is not None:
+                self._to_partial()
             assert self._file is not None and self._partial is not None
             self._file.close()
             self._partial.replace(self._path)
