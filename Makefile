@@ -14,7 +14,7 @@ DEMO_OUT ?= runs/demo
 # 37 min against 31 (measured in a clean clone, see tests/conftest.py's per-module summary)
 TEST_WORKERS ?= 2
 
-.PHONY: demo test test-stress lint install clean
+.PHONY: demo test test-stress docs-commands lint install clean
 
 $(BIN)/.installed-$(TF): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +56,10 @@ test: lint
 # the process-heavy tests (Ray, trials, servers, SLURM) with one busy CPU hog beside them
 test-stress: install
 	$(BIN)/python tests/_support/stress.py
+
+# every command the README and docs/ show, run as written on stand-ins (the suite runs the quick ones)
+docs-commands: install
+	$(BIN)/python tests/_support/documented.py --all
 
 clean:
 	rm -rf $(VENV) runs data .pytest_cache

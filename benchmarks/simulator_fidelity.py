@@ -30,6 +30,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 from benchlib import REPO, TASK_FILES
 from search_efficiency import TARGETS, read_search, search_doc
@@ -98,7 +99,6 @@ def surrogate_on_real_runs(
     trained: held out from the table unless a curve source is those runs themselves. Per method:
     trials, mean absolute error of the best value, mean real and predicted best, Spearman rank
     correlation."""
-    import numpy as np
     from scipy.stats import spearmanr
 
     from distmis.simulate import curves_of_search
@@ -124,6 +124,52 @@ def surrogate_on_real_runs(
     return found
 
 
+def _times(table: dict[str, Any], method: str) -> np.ndarray:
+    """Each seed's time to target, infinite where it never got there."""
+    return np.array([s["time_to_target"] for s in table["methods"][method]["seeds"].values()], dtype=float)
+
+
+def _agrees(real: np.ndarray, sim: np.ndarray) -> bool:
+    """The criterion: the medians within +-25 % of each other, or both "never"."""
+    r, s = float(np.median(real)), float(np.median(sim))
+    if math.isinf(r) or math.isinf(s):
+        return math.isinf(r) and math.isinf(s)
+    return 0.75 <= s / r <= 1.25
+
+
+def criterion_noise(real: np.ndarray, sim: np.ndarray, draws: int = 4000) -> dict[str, float]:
+    """How much of the +-25 % verdict is the seeds' luck, by resampling seeds with replacement.
+
+    ``ratio_q05``/``ratio_q95``: the median ratio's 90 % bootstrap interval. ``agree``: how often
+    resampled seeds agree. ``perfect``: how often a simulator that is exactly right would pass with
+    these numbers of seeds (both sides drawn from the simulated runs); ``perfect_4x`` with four
+    times the real seeds. A verdict is only informative where ``perfect`` is near 1."""
+    rng = np.random.default_rng(0)
+
+    def ratios_and_agreement(a: np.ndarray, n_a: int, b: np.ndarray, n_b: int) -> tuple[np.ndarray, float]:
+        ratios, agreed = [], 0
+        for _ in range(draws):
+            x, y = rng.choice(a, n_a), rng.choice(b, n_b)
+            agreed += _agrees(x, y)
+            mx, my = float(np.median(x)), float(np.median(y))
+            ratios.append(
+                my / mx if math.isfinite(mx) and math.isfinite(my) else math.inf if math.isfinite(mx) else 0.0
+            )
+        return np.array(ratios), agreed / draws
+
+    ratios, agree = ratios_and_agreement(real, len(real), sim, len(sim))
+    _, perfect = ratios_and_agreement(sim, len(real), sim, len(sim))
+    _, perfect_4x = ratios_and_agreement(sim, 4 * len(real), sim, len(sim))
+    q05, q95 = np.percentile(ratios, [5, 95])
+    return {
+        "ratio_q05": float(q05),
+        "ratio_q95": float(q95),
+        "agree": agree,
+        "perfect": perfect,
+        "perfect_4x": perfect_4x,
+    }
+
+
 def _rank(table: dict[str, Any]) -> list[str]:
     """Methods from fastest to slowest median time to target (ties: the better AUC first)."""
     methods = table["methods"]
@@ -133,7 +179,14 @@ def _rank(table: dict[str, Any]) -> list[str]:
     )
 
 
-def compare(real: dict[str, Any], sim: dict[str, Any]) -> str:
+def _interval(noise: dict[str, float]) -> str:
+    def ratio(x: float) -> str:
+        return "never" if math.isinf(x) else f"{x:.2f}"
+
+    return f"{ratio(noise['ratio_q05'])}–{ratio(noise['ratio_q95'])}"
+
+
+def compare(real: dict[str, Any], sim: dict[str, Any], noise: dict[str, dict[str, float]]) -> str:
     def stat(table: dict[str, Any], method: str, key: str, digits: int) -> str:
         s = table["methods"][method]["summary"][key]
         return fmt_stat(s["median"], s["q1"], s["q3"], digits)
@@ -143,8 +196,8 @@ def compare(real: dict[str, Any], sim: dict[str, Any]) -> str:
         "median [IQR]; real: seeds of search_efficiency.py, simulated: seeds of the simulator on 2 workers",
         "",
         "| method | reached (real / sim) | time to target, real (s) | simulated (s) | sim / real | best @100%, real "
-        "| simulated | epochs, real | simulated |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| simulated | epochs, real | simulated | ratio, 90 % bootstrap | a right simulator passes |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for m in real["methods"]:
         r, s = real["methods"][m]["summary"], sim["methods"][m]["summary"]
@@ -154,9 +207,17 @@ def compare(real: dict[str, Any], sim: dict[str, Any]) -> str:
             f"| {m} | {r['reached']}/{len(real['methods'][m]['seeds'])} / {s['reached']}/{len(sim['methods'][m]['seeds'])} "
             f"| {stat(real, m, 'time_to_target', 1)} | {stat(sim, m, 'time_to_target', 1)} | {ratio:.2f} "
             f"| {stat(real, m, 'best_at_100', 4)} | {stat(sim, m, 'best_at_100', 4)} "
-            f"| {stat(real, m, 'epochs', 0)} | {stat(sim, m, 'epochs', 0)} |"
+            f"| {stat(real, m, 'epochs', 0)} | {stat(sim, m, 'epochs', 0)} "
+            f"| {_interval(noise[m])} | {noise[m]['perfect']:.0%} ({noise[m]['perfect_4x']:.0%} with 4x the real seeds) |"
         )
-    lines += ["", f"ranking, real: {' < '.join(_rank(real))}; simulated: {' < '.join(_rank(sim))}"]
+    lines += [
+        "",
+        f"ranking, real: {' < '.join(_rank(real))}; simulated: {' < '.join(_rank(sim))}",
+        "",
+        "ratio, 90 % bootstrap: the sim / real median ratio over seeds resampled with replacement; a right "
+        "simulator passes: how often +-25 % holds when both sides are drawn from the simulated runs with these "
+        "numbers of seeds (a verdict says little where that is far from 100 %)",
+    ]
     return "\n".join(lines)
 
 
@@ -171,7 +232,7 @@ def main() -> None:
         help="curve tables and/or finished search directories (as distmis simulate --curves takes them)",
     )
     p.add_argument("--methods", default=",".join(METHODS))
-    p.add_argument("--sim-seeds", type=int, default=10)
+    p.add_argument("--sim-seeds", type=int, default=40)
     p.add_argument("--samples", type=int, default=32)
     p.add_argument("--target", type=float, default=None)
     p.add_argument("--name", default="fidelity", help="the output files' name: NAME.md, NAME.json in --real")
@@ -188,8 +249,9 @@ def main() -> None:
     # the simulated runs read at the real runs' horizon: fractions of the real grid's wall time
     sim = analyse(sim_runs, target, sign, horizon=(real["horizon_seconds"], real["horizon"]))
     held_out = surrogate_on_real_runs(surrogates, root, metric, mode)
+    noise = {m: criterion_noise(_times(real, m), _times(sim, m)) for m in methods}
     text = (
-        compare(real, sim)
+        compare(real, sim, noise)
         + "\n\nthe surrogate on the real runs' own configurations (best value per trial):\n"
         + "\n".join(
             f"- {m}: {h['trials']} trials, mean absolute error {h['mae']:.4f}, mean real {h['mean_real']:.4f} / "
@@ -203,7 +265,14 @@ def main() -> None:
         root / f"{a.name}.json",
         json.dumps(
             finite_json(
-                {"real": real, "simulated": sim, "simulation": notes, "surrogate": held_out, "curves": a.curves}
+                {
+                    "real": real,
+                    "simulated": sim,
+                    "criterion_noise": noise,
+                    "simulation": notes,
+                    "surrogate": held_out,
+                    "curves": a.curves,
+                }
             ),
             indent=1,
         )

@@ -1,13 +1,19 @@
-"""What a configuration the table does not hold would have reported: its nearest recorded neighbour.
+"""What a configuration the table does not hold would have reported: its nearest recorded neighbour's
+curve, moved to the level of its few nearest.
 
 A sampler proposes configurations anywhere in the space, and a table holds a few hundred. The
 answer for one it does not hold is the curve of the nearest recorded configuration. Distance is
 measured per parameter and summed in squares: a numeric parameter (every recorded value a
 number) on [0, 1] of the range that the table and the search space span together, on a log
 scale where the space says log-uniform or the values span more than 20x; any other as 0 when
-equal and 1 when not; a parameter that a condition left unsampled on one side only as 1. A
-recorded curve, not an average of several, is replayed: it keeps the noise and the shape a real
-trial has, which an average smooths away and a scheduler reacts to.
+equal and 1 when not; a parameter that a condition left unsampled on one side only as 1.
+
+One neighbour's value is a noisy guess: the best of many such guesses (what a search reports) is
+higher than the best of what those configurations really reach. So the replayed curve is moved by
+a constant to the mean best value of the k nearest configurations, with k (1 to 4) and the
+parameters' weights those of the least leave-one-out error on the table. A recorded curve, not an
+average of several, is what moves: it keeps the noise and the shape a real trial has, which an
+average smooths away and a scheduler reacts to.
 
 Where a configuration has curves for several training seeds, each lookup draws one of them.
 """
@@ -15,7 +21,7 @@ Where a configuration has curves for several training seeds, each lookup draws o
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
@@ -39,6 +45,7 @@ class LeaveOneOut:
     seed_pairs: int
     seed_mean_absolute_difference: float
     weights: dict[str, float] | None = None  # fitted per-parameter weights, None: all 1
+    neighbours: int = 1
 
     def line(self, metric: str) -> str:
         seeds = (
@@ -50,8 +57,10 @@ class LeaveOneOut:
         distance = (
             "weighted " + ", ".join(f"{k} {v:g}" for k, v in self.weights.items()) if self.weights else "unweighted"
         )
+        level = f", moved to the mean of its {self.neighbours} nearest" if self.neighbours > 1 else ""
         return (
-            f"surrogate (nearest recorded configuration, {distance}), leave-one-out over {self.configs} configurations: "
+            f"surrogate (nearest recorded configuration{level}, {distance}), leave-one-out over {self.configs} "
+            "configurations: "
             f"best {metric} mean absolute error {self.mean_absolute_error:.4f}, rank correlation "
             f"{self.rank_correlation:.3f}{seeds}"
         )
@@ -72,6 +81,7 @@ class NearestCurves:
         self.axes = [self._axis(name, [c[0].params.get(name) for c in self.curves]) for name in self.names]
         self.coords = np.array([self._coords(c[0].params) for c in self.curves], dtype=float)
         self.weights = np.ones(len(self.names))
+        self.neighbours = 1
         self.truth = np.array([float(np.mean([self.best(c) for c in curves])) for curves in self.curves])
 
     def _axis(self, name: str, recorded: list[Any]) -> tuple[str, float, float] | list[str]:
@@ -124,7 +134,8 @@ class NearestCurves:
         """Weigh each parameter by how much it moves the result: coordinate descent on the leave-one-out
         error of the best value. A parameter that does not matter (weight 0) then no longer pulls a
         configuration towards a neighbour that differs where it counts."""
-        self.weights = _fitted(self.pairs, self.truth, options, rounds, list(range(len(self.truth))))
+        everyone = list(range(len(self.truth)))
+        self.weights = _fitted(self.pairs, self.truth, options, rounds, everyone, self.neighbours)
 
     def nearest(self, params: dict[str, Any], *, exclude: int | None = None) -> int:
         i = self.index.get(config_key(params))
@@ -136,36 +147,55 @@ class NearestCurves:
         return int(np.argmin(d))
 
     def curve(self, params: dict[str, Any], rng: np.random.Generator, *, training_seed: int | None = None) -> Curve:
-        """A recorded curve for ``params``: its own where recorded, else its nearest neighbour's.
+        """A recorded curve for ``params``: its own where recorded, else its nearest neighbour's, moved
+        by a constant to the mean best value of its ``neighbours`` nearest.
 
         Of a configuration's seeds, the one recorded with ``training_seed`` where given and held
         (training is deterministic: a real trial with that seed reports that very curve), else one
         drawn at random.
         """
-        options = self.curves[self.nearest(params)]
-        same = [c for c in options if training_seed is not None and c.training_seed == training_seed]
-        if same:
-            return same[0]
-        return options[int(rng.integers(len(options)))] if len(options) > 1 else options[0]
+        i = self.nearest(params)
+        chosen = _one_seed(self.curves[i], rng, training_seed)
+        if self.neighbours == 1 or config_key(params) in self.index:
+            return chosen
+        d = self.distances(params)
+        level = float(self.truth[np.argpartition(d, self.neighbours - 1)[: self.neighbours]].mean())
+        return self._moved(chosen, level - float(self.truth[i]))
+
+    def _moved(self, curve: Curve, by: float) -> Curve:
+        """``curve`` with its metric moved by ``by``, kept inside the range the table recorded: the
+        shape, the noise and the epochs' seconds stay a real trial's."""
+        moved = [min(max(v + by, self.recorded_range[0]), self.recorded_range[1]) for v in curve.values[self.metric]]
+        return replace(curve, values={**curve.values, self.metric: moved})
+
+    @cached_property
+    def recorded_range(self) -> tuple[float, float]:
+        """The least and greatest value of the metric the table holds: a moved curve stays inside."""
+        values = [v for curves in self.curves for c in curves for v in c.values[self.metric]]
+        return min(values), max(values)
 
     def best(self, curve: Curve) -> float:
         return self.sign * max(self.sign * v for v in curve.values[self.metric])
 
-    def choose_weights(self) -> LeaveOneOut:
-        """Fitted weights where they predict held-out configurations better than none; returns that error."""
-        plain = self.leave_one_out()
+    def choose_weights(self, neighbours: tuple[int, ...] = (1, 2, 3, 4)) -> LeaveOneOut:
+        """The number of neighbours, and fitted weights where they predict held-out configurations
+        better than none, that give the least leave-one-out error; returns that error."""
         if len(self.truth) < 16:
-            return plain
-        self.fit_weights()
-        fitted = self.leave_one_out()
-        if not fitted.mean_absolute_error < plain.mean_absolute_error:
-            self.weights = np.ones(len(self.names))
-            return plain
-        fitted.weights = dict(zip(self.names, map(float, self.weights), strict=True))
-        return fitted
+            return self.leave_one_out()
+        found = []
+        for k in neighbours:
+            self.neighbours, self.weights = k, np.ones(len(self.names))
+            found.append((self.leave_one_out(), k, self.weights))
+            self.fit_weights()
+            fitted = self.leave_one_out()
+            fitted.weights = dict(zip(self.names, map(float, self.weights), strict=True))
+            found.append((fitted, k, self.weights))
+        best, self.neighbours, self.weights = min(found, key=lambda f: (f[0].mean_absolute_error, f[1]))
+        return best
 
     def leave_one_out(self) -> LeaveOneOut:
-        """Predict each configuration's best value (mean over its seeds) from its nearest other configuration.
+        """Predict each configuration's best value (mean over its seeds) from its ``neighbours`` nearest
+        other configurations.
 
         With fitted weights the error is measured honestly: the configurations are split in two
         halves, the weights fitted on one predict the other, and the two halves' errors are pooled.
@@ -174,15 +204,16 @@ class NearestCurves:
         if len(truth) < 4:
             return LeaveOneOut(len(truth), math.nan, math.nan, 0, math.nan)
         pairs = self.pairs
+        k = self.neighbours
         if np.all(self.weights == 1.0):
-            predicted = _predict(pairs, self.weights, truth, range(len(truth)))
+            predicted = _predict(pairs, self.weights, truth, range(len(truth)), k)
         else:
             order = np.random.default_rng(0).permutation(len(truth))
             halves = [list(order[: len(order) // 2]), list(order[len(order) // 2 :])]
             predicted = np.empty(len(truth))
             for fit_on, judged in (halves, halves[::-1]):
-                weights = _fitted(pairs, truth, (0.0, 0.25, 1.0, 4.0), 3, fit_on)
-                predicted[judged] = _predict(pairs, weights, truth, judged)
+                weights = _fitted(pairs, truth, (0.0, 0.25, 1.0, 4.0), 3, fit_on, k)
+                predicted[judged] = _predict(pairs, weights, truth, judged, k)
         seeds = [abs(self.best(c[0]) - self.best(c[1])) for c in self.curves if len(c) > 1]
         return LeaveOneOut(
             configs=len(truth),
@@ -190,19 +221,31 @@ class NearestCurves:
             rank_correlation=_spearman(list(truth), list(predicted)),
             seed_pairs=len(seeds),
             seed_mean_absolute_difference=float(np.mean(seeds)) if seeds else math.nan,
+            neighbours=k,
         )
 
 
-def _predict(pairs: np.ndarray, weights: np.ndarray, truth: np.ndarray, judged: Any) -> np.ndarray:
-    """The nearest other configuration's value for each configuration in ``judged``."""
+def _one_seed(options: list[Curve], rng: np.random.Generator, training_seed: int | None) -> Curve:
+    """Of one configuration's curves, the one recorded with ``training_seed``, else one drawn."""
+    same = [c for c in options if training_seed is not None and c.training_seed == training_seed]
+    if same:
+        return same[0]
+    return options[int(rng.integers(len(options)))] if len(options) > 1 else options[0]
+
+
+def _predict(pairs: np.ndarray, weights: np.ndarray, truth: np.ndarray, judged: Any, k: int = 1) -> np.ndarray:
+    """The mean value of the ``k`` nearest other configurations for each configuration in ``judged``."""
     judged = list(judged)
     d = pairs[judged] @ weights
     d[np.arange(len(judged)), judged] = np.inf  # not itself
-    return np.asarray(truth[np.argmin(d, axis=1)])
+    if k == 1:
+        return np.asarray(truth[np.argmin(d, axis=1)])
+    nearest = np.argpartition(d, k - 1, axis=1)[:, :k]
+    return np.asarray(truth[nearest].mean(axis=1))
 
 
 def _fitted(
-    pairs: np.ndarray, truth: np.ndarray, options: tuple[float, ...], rounds: int, fit_on: list[int]
+    pairs: np.ndarray, truth: np.ndarray, options: tuple[float, ...], rounds: int, fit_on: list[int], k: int = 1
 ) -> np.ndarray:
     """Per-parameter weights minimising the leave-one-out error over the configurations ``fit_on``."""
     sub = pairs[np.ix_(fit_on, fit_on)]
@@ -211,7 +254,7 @@ def _fitted(
     weights = np.ones(pairs.shape[2])
 
     def error(w: np.ndarray) -> float:
-        return float(np.mean(np.abs(values - _predict(sub, w, values, everyone))))
+        return float(np.mean(np.abs(values - _predict(sub, w, values, everyone, k))))
 
     best = error(weights)
     for _ in range(rounds):

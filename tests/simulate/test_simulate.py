@@ -199,6 +199,28 @@ def test_the_surrogate_answers_a_recorded_configuration_with_its_own_curve(table
     assert loo.configs == 10 and loo.seed_pairs == 3 and 0 < loo.mean_absolute_error < 0.2
 
 
+def test_an_unrecorded_configuration_replays_its_nearest_curve_moved_to_its_neighbours_level(
+    table_file: Path, tmp_path: Path
+) -> None:
+    _, surrogate, _ = _prepared(_search(tmp_path, "random", "random"), table_file)
+    import numpy as np
+
+    surrogate.neighbours = 2
+    rng = np.random.default_rng(0)
+    own = surrogate.curve({"lr": 3e-3, "norm": "group"}, rng)
+    assert own.values["val_dice"] == pytest.approx(
+        [_value(3e-3, "group", e, 0) for e in range(1, EPOCHS + 1)], rel=1e-4
+    )
+    near = surrogate.curve({"lr": 2.9e-3, "norm": "group"}, rng)
+    assert near.params == {"lr": 3e-3, "norm": "group"} and near.epoch_seconds == own.epoch_seconds
+    # the two nearest: lr 3e-3 and 1e-3 with group norm; the curve keeps its shape and moves to their mean best
+    level = (_value(3e-3, "group", EPOCHS, 0) + _value(1e-3, "group", EPOCHS, 0)) / 2
+    moved = [n - o for n, o in zip(near.values["val_dice"], own.values["val_dice"], strict=True)]
+    assert moved == pytest.approx([level - _value(3e-3, "group", EPOCHS, 0)] * EPOCHS, abs=1e-3)
+    assert max(near.values["val_dice"]) == pytest.approx(level, abs=1e-3)
+    assert surrogate.leave_one_out().neighbours == 2
+
+
 def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
