@@ -22,7 +22,8 @@ from _support.raycluster import free_port
 pytestmark = pytest.mark.slow
 
 STEP = r"""
-import json, os, sys
+import faulthandler, json, os, sys
+faulthandler.dump_traceback_later(280, exit=True)  # a step that hangs prints every thread's stack before the 300 s kill
 import numpy as np
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
 from distmis.training import configure_tensorflow
