@@ -31,23 +31,30 @@ study measured; ``default`` follows distmis's current rule.
     python benchmarks/search_scale.py --seeds 10        # K x budget: 1x64 4x64 8x64 8x128 32x128 32x256 128x256
     python benchmarks/search_scale.py --speed        # one 128-trial search on 32 workers, timed
     python benchmarks/search_scale.py --speedup      # grid and default search, 1 worker against 32
+    python benchmarks/search_scale.py --grid-efficiency  # what the grid's efficiency at 32 workers depends on
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import statistics
 import time
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import yaml
-from benchlib import REPO
+from benchlib import REPO, TASK_FILES
+from curve_timing import architecture
 from record_curves import ANATOMY32_SPACE
+from search_efficiency import search_doc
 
 from distmis.config import ExperimentConfig
 from distmis.files import write_text_atomic
 from distmis.simulate import (
+    CurveTable,
     LeaveOneOut,
     NearestCurves,
     SearchRun,
@@ -62,6 +69,7 @@ from distmis.simulate import (
 )
 
 CURVES = REPO / "benchmarks" / "curves" / "anatomy32.csv.gz"
+QUICKSTART_CURVES = REPO / "benchmarks" / "curves" / "quickstart.csv.gz"
 EPOCHS = 16
 ASHA = {"type": "asha", "grace_period": 1, "reduction_factor": 2}
 GRID_SPACE: dict[str, Any] = {
@@ -184,6 +192,95 @@ def speedup(curves: Curves, seeds: int) -> str:
     return "\n".join(lines)
 
 
+def retimed(table: CurveTable, *, length: float, by_architecture: bool) -> CurveTable:
+    """The table with every epoch's seconds x ``length``, and with ``by_architecture`` each epoch's
+    seconds the median of its architecture's curves at that epoch.
+
+    The median takes out what the recording machine added (two trials sharing 2 cores, a clock
+    that drifted) and keeps what the configuration costs (filters, depth, batch size, normalisation).
+    """
+    epochs: dict[tuple[str, ...], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for c in table.curves:
+        for i, s in enumerate(c.epoch_seconds):
+            epochs[architecture(c)][i].append(s)
+
+    def seconds(c: Any) -> list[float]:
+        own = (
+            [statistics.median(epochs[architecture(c)][i]) for i in range(c.epochs)]
+            if by_architecture
+            else c.epoch_seconds
+        )
+        return [s * length for s in own]
+
+    return dataclasses.replace(table, curves=[dataclasses.replace(c, epoch_seconds=seconds(c)) for c in table.curves])
+
+
+def _prototype_grid(seed: int, workers: int) -> ExperimentConfig:
+    """The DistMIS prototype's 32-point grid on the quickstart task, as search_efficiency.py runs it."""
+    base = yaml.safe_load(TASK_FILES["quickstart"].read_text())
+    doc = search_doc("grid", seed, base, "synthetic", 32, None, "quickstart")
+    doc["search"]["max_concurrent_trials"] = workers
+    return ExperimentConfig.model_validate(doc)
+
+
+def grid_efficiency(seeds: int) -> str:
+    """A 32-point grid on 32 workers: its efficiency against the trials' length and their spread.
+
+    With one trial per worker, the grid's wall time is its slowest trial's plus the start-up, so its
+    efficiency is bounded by how long the trials are against the fixed costs (a search's 4-5 s
+    before its first trial, a slot's cold start) and by how much the slowest trial exceeds the
+    mean. Both grids are replayed with their epochs as recorded and with each epoch the median of
+    its architecture, at the recorded length and with every epoch 10 and 100 times as long (a
+    larger volume or more steps per epoch); start-up and fixed costs stay as recorded here.
+    """
+    grids: list[tuple[str, Path, Any]] = [
+        ("the prototype's (lr, norm, beta_2, amsgrad; quickstart table)", QUICKSTART_CURVES, _prototype_grid),
+        (
+            "lr x norm x filters x loss (anatomy32 table)",
+            CURVES,
+            lambda seed, k: method_config("grid", budget=32, workers=k, seed=seed),
+        ),
+    ]
+    lines = [
+        "| grid | epochs | epoch seconds | trial, median / slowest (s) | wall, 1 worker (s) | wall, 32 workers (s) "
+        "| speed-up, end to end | efficiency | workers busy at 32 |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for label, path, config_of in grids:
+        first = config_of(0, 1)
+        typed = typed_for(read_table(path), first.space, metric=first.search.metric, epochs=first.train.epochs)
+        costs = StartupCosts.of_curves(typed.curves)
+        for by_architecture in (False, True):
+            for length in (1, 10, 100):
+                table = retimed(typed, length=length, by_architecture=by_architecture)
+                surrogate = NearestCurves(table, first.space, metric=first.search.metric, mode=first.search.mode)
+                surrogate.choose_weights()
+                walls, busy, trials = {}, [], []
+                for k in (1, 32):
+                    runs = [
+                        simulate_search(config_of(s, k), surrogate, workers=k, costs=costs, seed=s).as_dict()
+                        for s in range(seeds)
+                    ]
+                    walls[k] = quartiles([r["wall"] for r in runs])[0]
+                    if k == 32:
+                        spent = [[b - a for a, b in r["intervals"]] for r in runs]
+                        busy = [sum(t) / (32 * r["wall"]) for t, r in zip(spent, runs, strict=True)]
+                        trials = [(statistics.median(t), max(t)) for t in spent]
+                end_to_end = (costs.search + walls[1]) / (costs.search + walls[32])
+                lines.append(
+                    f"| {label} | x{length} | {'architecture median' if by_architecture else 'as recorded'} | "
+                    f"{statistics.median(t[0] for t in trials):.0f} / {statistics.median(t[1] for t in trials):.0f} | "
+                    f"{walls[1]:.0f} | {walls[32]:.0f} | x{end_to_end:.1f} | {end_to_end / 32:.0%} | "
+                    f"{statistics.median(busy):.0%} |"
+                )
+                print(lines[-1], flush=True)
+        lines.append(
+            f"({label}: {len(typed.curves)} curves; start-up as recorded: search {costs.search:.1f} s, slot "
+            f"{costs.slot:.1f} s, a trial's cold {costs.cold:.1f} s and warm {costs.warm:.1f} s)"
+        )
+    return "\n".join(lines)
+
+
 def scenario(curves: Curves, methods: list[str], *, workers: int, budget: int, seeds: int) -> dict[str, Any]:
     runs: dict[str, dict[int, dict]] = {}
     for method in methods:
@@ -220,9 +317,15 @@ def main() -> None:
     p.add_argument("--methods", default=",".join(METHODS))
     p.add_argument("--speed", action="store_true", help="only time one 128-trial search on 32 workers")
     p.add_argument("--speedup", action="store_true", help="only the 1-against-32-workers speed-up")
+    p.add_argument(
+        "--grid-efficiency", action="store_true", help="only the grid's efficiency at 32 workers against trial length"
+    )
     p.add_argument("--out", default=str(REPO / "runs" / "bench-search-scale"))
     a = p.parse_args()
 
+    if a.grid_efficiency:
+        print(grid_efficiency(a.seeds))
+        return
     curves = Curves(Path(a.curves))
     if a.speed:
         speed(curves)
