@@ -154,11 +154,14 @@ class NearestCurves:
         (training is deterministic: a real trial with that seed reports that very curve), else one
         drawn at random.
         """
-        i = self.nearest(params)
-        chosen = _one_seed(self.curves[i], rng, training_seed)
-        if self.neighbours == 1 or config_key(params) in self.index:
-            return chosen
+        own = self.index.get(config_key(params))
+        if own is not None:
+            return _one_seed(self.curves[own], rng, training_seed)
         d = self.distances(params)
+        i = int(np.argmin(d))
+        chosen = _one_seed(self.curves[i], rng, training_seed)
+        if self.neighbours == 1:
+            return chosen
         level = float(self.truth[np.argpartition(d, self.neighbours - 1)[: self.neighbours]].mean())
         return self._moved(chosen, level - float(self.truth[i]))
 

@@ -122,10 +122,6 @@ def _copy(relative: str) -> Callable[[Path], None]:
     return copy
 
 
-def _search_file(out: Path) -> None:
-    shutil.copy(REPO / "search_spaces" / "quickstart.yaml", out)
-
-
 def _training_file(out: Path) -> None:
     """The quickstart's model trained once on the prepared data the docs' prepare example made."""
     doc = yaml.safe_load((REPO / "search_spaces" / "quickstart.yaml").read_text())
@@ -150,7 +146,7 @@ STANDINS: dict[str, Callable[[Path], None]] = {
     "Task03_Liver": _ct,
     "search_spaces": _copy("search_spaces"),
     "benchmarks": lambda out: (out.mkdir(), _copy("benchmarks/curves")(out / "curves")),
-    "my_space.yaml": _search_file,
+    "my_space.yaml": _copy("search_spaces/quickstart.yaml"),
     "config.yaml": _training_file,
     "random.yaml": _anatomy_variant("random"),
     "default.yaml": _anatomy_variant("optuna"),
