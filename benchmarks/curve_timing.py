@@ -11,6 +11,8 @@ ratio: a diagnostic (what would the simulation say on this machine's clock?), no
 
     python benchmarks/curve_timing.py --table benchmarks/curves/anatomy32.csv.gz \\
         --real runs/bench-search-anatomy32/runs/random-s* runs/bench-search-anatomy32/runs/default-s*
+    # a recording's own search directory stands for its table (an unfinished one cannot)
+    python benchmarks/curve_timing.py --table runs/drift-now/search --real runs/bench-search-anatomy32/runs/random-s*
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from distmis.simulate import Curve, curves_of_search, read_table, write_table
+from distmis.simulate import Curve, curves_of_search, read_curves, write_table
 
 #: the parameters that set what an epoch costs (the others change what it learns)
 COST = ("filters", "depth", "batch_size_per_replica", "norm")
@@ -37,7 +39,7 @@ def epoch_seconds(curve: Curve) -> float | None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--table", required=True)
+    p.add_argument("--table", required=True, help="a curve table, or a finished search directory")
     p.add_argument("--real", nargs="+", required=True, help="finished search directories")
     p.add_argument("--block", type=int, default=32, help="curves per row of the trial-order table")
     p.add_argument("--write", default=None, help="a retimed copy of the table")
@@ -49,7 +51,7 @@ def main() -> None:
             if (s := epoch_seconds(curve)) is not None:
                 real[architecture(curve)].append(s)
     real_median = {k: statistics.median(v) for k, v in real.items()}
-    table = read_table(a.table)
+    table = read_curves([a.table])
     ratios: list[tuple[int, float]] = []
     for i, curve in enumerate(table.curves):
         s = epoch_seconds(curve)
