@@ -38,10 +38,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import statistics
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +56,7 @@ from search_efficiency import search_doc
 from distmis.config import ExperimentConfig
 from distmis.files import write_text_atomic
 from distmis.simulate import (
+    Curve,
     CurveTable,
     LeaveOneOut,
     NearestCurves,
@@ -161,6 +164,22 @@ def speed(curves: Curves) -> None:
         )
 
 
+def method_file(method: str, budget: int) -> Callable[[int, int], ExperimentConfig]:
+    """``method``'s search file with ``budget`` trials, as a function of (seed, workers)."""
+    return lambda seed, workers: method_config(method, budget=budget, workers=workers, seed=seed)
+
+
+def one_and_32(
+    config_of: Callable[[int, int], ExperimentConfig], surrogate: NearestCurves, costs: StartupCosts, seeds: int
+) -> dict[int, list[dict[str, Any]]]:
+    """The same search on 1 worker and on 32, over seeds: each run's ``as_dict`` per worker count.
+    ``config_of(seed, workers)`` gives the search file."""
+    return {
+        k: [simulate_search(config_of(s, k), surrogate, workers=k, costs=costs, seed=s).as_dict() for s in range(seeds)]
+        for k in (1, 32)
+    }
+
+
 def speedup(curves: Curves, seeds: int) -> str:
     """Experiment parallelism at 32 workers: the 32-point grid and a 128-trial default search, 1 worker against 32.
 
@@ -177,12 +196,11 @@ def speedup(curves: Curves, seeds: int) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for label, method, budget in (("32-point grid", "grid", 32), ("128-trial default search", "default", 128)):
-        walls, computes = {}, {}
-        fixed = curves.for_config(method_config(method, budget=budget, workers=1, seed=0))[1].search
-        for k in (1, 32):
-            runs = [one(curves, method, workers=k, budget=budget, seed=s).as_dict() for s in range(seeds)]
-            walls[k] = quartiles([r["wall"] for r in runs])[0]
-            computes[k] = quartiles([sum(b - a for a, b in r["intervals"]) for r in runs])[0]
+        surrogate, costs = curves.for_config(method_config(method, budget=budget, workers=1, seed=0))
+        fixed = costs.search
+        runs = one_and_32(method_file(method, budget), surrogate, costs, seeds)
+        walls = {k: quartiles([r["wall"] for r in runs[k]])[0] for k in runs}
+        computes = {k: quartiles([sum(b - a for a, b in r["intervals"]) for r in runs[k]])[0] for k in runs}
         end_to_end = (fixed + walls[1]) / (fixed + walls[32])
         lines.append(
             f"| {label} | {walls[1]:.0f} | {walls[32]:.0f} | x{walls[1] / walls[32]:.1f} | x{end_to_end:.1f} | "
@@ -204,7 +222,7 @@ def retimed(table: CurveTable, *, length: float, by_architecture: bool) -> Curve
         for i, s in enumerate(c.epoch_seconds):
             epochs[architecture(c)][i].append(s)
 
-    def seconds(c: Any) -> list[float]:
+    def seconds(c: Curve) -> list[float]:
         own = (
             [statistics.median(epochs[architecture(c)][i]) for i in range(c.epochs)]
             if by_architecture
@@ -215,10 +233,14 @@ def retimed(table: CurveTable, *, length: float, by_architecture: bool) -> Curve
     return dataclasses.replace(table, curves=[dataclasses.replace(c, epoch_seconds=seconds(c)) for c in table.curves])
 
 
+@functools.cache
+def _quickstart_file() -> dict[str, Any]:
+    return yaml.safe_load(TASK_FILES["quickstart"].read_text())
+
+
 def _prototype_grid(seed: int, workers: int) -> ExperimentConfig:
     """The DistMIS prototype's 32-point grid on the quickstart task, as search_efficiency.py runs it."""
-    base = yaml.safe_load(TASK_FILES["quickstart"].read_text())
-    doc = search_doc("grid", seed, base, "synthetic", 32, None, "quickstart")
+    doc = search_doc("grid", seed, _quickstart_file(), "synthetic", 32, None, "quickstart")
     doc["search"]["max_concurrent_trials"] = workers
     return ExperimentConfig.model_validate(doc)
 
@@ -233,12 +255,12 @@ def grid_efficiency(seeds: int) -> str:
     its architecture, at the recorded length and with every epoch 10 and 100 times as long (a
     larger volume or more steps per epoch); start-up and fixed costs stay as recorded here.
     """
-    grids: list[tuple[str, Path, Any]] = [
+    grids: list[tuple[str, Path, Callable[[int, int], ExperimentConfig]]] = [
         ("the prototype's (lr, norm, beta_2, amsgrad; quickstart table)", QUICKSTART_CURVES, _prototype_grid),
         (
             "lr x norm x filters x loss (anatomy32 table)",
             CURVES,
-            lambda seed, k: method_config("grid", budget=32, workers=k, seed=seed),
+            method_file("grid", 32),
         ),
     ]
     lines = [
@@ -255,17 +277,11 @@ def grid_efficiency(seeds: int) -> str:
                 table = retimed(typed, length=length, by_architecture=by_architecture)
                 surrogate = NearestCurves(table, first.space, metric=first.search.metric, mode=first.search.mode)
                 surrogate.choose_weights()
-                walls, busy, trials = {}, [], []
-                for k in (1, 32):
-                    runs = [
-                        simulate_search(config_of(s, k), surrogate, workers=k, costs=costs, seed=s).as_dict()
-                        for s in range(seeds)
-                    ]
-                    walls[k] = quartiles([r["wall"] for r in runs])[0]
-                    if k == 32:
-                        spent = [[b - a for a, b in r["intervals"]] for r in runs]
-                        busy = [sum(t) / (32 * r["wall"]) for t, r in zip(spent, runs, strict=True)]
-                        trials = [(statistics.median(t), max(t)) for t in spent]
+                runs = one_and_32(config_of, surrogate, costs, seeds)
+                walls = {k: quartiles([r["wall"] for r in runs[k]])[0] for k in runs}
+                spent = [[b - a for a, b in r["intervals"]] for r in runs[32]]
+                busy = [sum(t) / (32 * r["wall"]) for t, r in zip(spent, runs[32], strict=True)]
+                trials = [(statistics.median(t), max(t)) for t in spent]
                 end_to_end = (costs.search + walls[1]) / (costs.search + walls[32])
                 lines.append(
                     f"| {label} | x{length} | {'architecture median' if by_architecture else 'as recorded'} | "

@@ -137,15 +137,6 @@ class NearestCurves:
         everyone = list(range(len(self.truth)))
         self.weights = _fitted(self.pairs, self.truth, options, rounds, everyone, self.neighbours)
 
-    def nearest(self, params: dict[str, Any], *, exclude: int | None = None) -> int:
-        i = self.index.get(config_key(params))
-        if i is not None and i != exclude:
-            return i
-        d = self.distances(params)
-        if exclude is not None:
-            d[exclude] = math.inf
-        return int(np.argmin(d))
-
     def curve(self, params: dict[str, Any], rng: np.random.Generator, *, training_seed: int | None = None) -> Curve:
         """A recorded curve for ``params``: its own where recorded, else its nearest neighbour's, moved
         by a constant to the mean best value of its ``neighbours`` nearest.
