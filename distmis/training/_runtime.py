@@ -11,6 +11,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import signal
+import sys
+from typing import Any
 
 from distmis.tensorflow_env import import_tensorflow
 
@@ -47,6 +50,7 @@ def configure_tensorflow(threads: float | int | None) -> int | None:
     global _threads
     tf = import_tensorflow()
 
+    quiet_stop_requests_in_finalizers()
     applied: int | None = None
     if threads:
         n = max(1, int(math.floor(threads)))
@@ -63,3 +67,30 @@ def configure_tensorflow(threads: float | int | None) -> int | None:
         with contextlib.suppress(RuntimeError):  # already initialised: it must be set before first use
             tf.config.experimental.set_memory_growth(gpu, True)
     return applied
+
+
+def quiet_stop_requests_in_finalizers() -> None:
+    """Keep a stop request that lands in a finalizer from printing a traceback on the user's console.
+
+    A Ray worker answers SIGTERM by raising ``SystemExit`` wherever its main thread is. When that
+    is a finalizer (TensorFlow's ``ConcreteFunction.__del__`` runs often while a trial is torn
+    down), Python cannot raise it and prints an "Exception ignored" traceback instead, which Ray
+    forwards to the console of a search that is already ending. The request is not lost by
+    dropping it: whoever sends SIGTERM escalates (the raylet sends SIGKILL after
+    ``kill_worker_timeout_milliseconds``, SLURM after ``KillWait``), and sending it again from
+    here would run the handler inside this hook, still under the finalizer. Only a ``SystemExit``
+    while SIGTERM has a Python handler is dropped; everything else goes to the hook that was
+    there before. Idempotent.
+    """
+    if getattr(sys.unraisablehook, "_distmis_quiet_stop", False):
+        return
+    previous = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        stop = unraisable.exc_type is not None and issubclass(unraisable.exc_type, SystemExit)
+        if stop and callable(signal.getsignal(signal.SIGTERM)):
+            return
+        previous(unraisable)
+
+    hook._distmis_quiet_stop = True  # type: ignore[attr-defined]
+    sys.unraisablehook = hook
