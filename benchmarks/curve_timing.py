@@ -6,6 +6,11 @@ directories), architecture by architecture (the parameters that set an epoch's c
 depth, batch size, normalisation), and prints the median ratio table / real overall and by the
 table's trial order, which shows a recording whose epochs slowed as it went.
 
+``--again DIR`` compares instead with the same design recorded again (``record_curves.py``'s
+``--out``, finished or interrupted): configuration by configuration in the design's order, the
+first epoch and the others apart, and how far the search metric moved. Two machines of one kind
+differ; this says by how much, when the values are the same.
+
 ``--write OUT`` writes a copy of the table with every epoch's seconds divided by that median
 ratio: a diagnostic (what would the simulation say on this machine's clock?), not a recording.
 
@@ -13,15 +18,18 @@ ratio: a diagnostic (what would the simulation say on this machine's clock?), no
         --real runs/bench-search-anatomy32/runs/random-s* runs/bench-search-anatomy32/runs/default-s*
     # a recording's own search directory stands for its table (an unfinished one cannot)
     python benchmarks/curve_timing.py --table runs/drift-now/search --real runs/bench-search-anatomy32/runs/random-s*
+    python benchmarks/curve_timing.py --table benchmarks/curves/anatomy32.csv.gz --again runs/curves-anatomy32-now
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import statistics
 from collections import defaultdict
 from pathlib import Path
 
+from distmis.schema import RunFile
 from distmis.simulate import Curve, curves_of_search, read_curves, write_table
 
 #: the parameters that set what an epoch costs (the others change what it learns)
@@ -37,13 +45,47 @@ def epoch_seconds(curve: Curve) -> float | None:
     return statistics.median(curve.epoch_seconds[1:]) if curve.epochs > 1 else None
 
 
+def again(table_path: str, recording: Path, metric: str) -> None:
+    """The same design recorded again against the table, configuration by configuration."""
+    table = [c for c in read_curves([table_path]).curves if c.training_seed == 0]  # the design, in order
+    trials = sorted((recording / "search" / RunFile.TRIALS_DIR).glob(f"*/{RunFile.METRICS}"))
+    first, rest, moved = [], [], []
+    for path in trials:
+        with path.open() as f:
+            rows = list(csv.DictReader(f))
+        index = int(path.parent.name.rsplit("_", 1)[1])  # Tune numbers a points search's trials in order
+        if index >= len(table) or len(rows) != table[index].epochs:
+            continue  # a trial still running, or a repeat with another seed
+        old, seconds = table[index], [float(r["epoch_seconds"]) for r in rows]
+        first.append(seconds[0] / old.epoch_seconds[0])
+        rest.append(sum(seconds[1:]) / sum(old.epoch_seconds[1:]))
+        moved.append(abs(max(float(r[metric]) for r in rows) - max(old.values[metric])))
+    if not first:
+        raise SystemExit(f"{recording}: no finished trial of the table's design")
+
+    def spread(x: list[float]) -> str:
+        q = statistics.quantiles(x, n=4)
+        return f"median {statistics.median(x):.2f} (IQR {q[0]:.2f}-{q[2]:.2f})"
+
+    print(f"{recording} against {table_path}: {len(first)} configurations recorded again")
+    print(f"- first epoch (tracing), again / table: {spread(first)}")
+    print(f"- epochs 2-{table[0].epochs}, again / table: {spread(rest)}")
+    print(f"- best {metric}, |again - table|: median {statistics.median(moved):.4f}, largest {max(moved):.4f}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--table", required=True, help="a curve table, or a finished search directory")
-    p.add_argument("--real", nargs="+", required=True, help="finished search directories")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--real", nargs="+", help="finished search directories")
+    which.add_argument("--again", type=Path, help="record_curves.py's --out of the same design, recorded again")
+    p.add_argument("--metric", default="val_dice", help="the search metric (--again)")
     p.add_argument("--block", type=int, default=32, help="curves per row of the trial-order table")
     p.add_argument("--write", default=None, help="a retimed copy of the table")
     a = p.parse_args()
+    if a.again:
+        again(a.table, a.again, a.metric)
+        return
 
     real: dict[tuple[str, ...], list[float]] = defaultdict(list)
     for run in a.real:

@@ -18,7 +18,7 @@ from distmis.tuning._resume import (
 )
 from distmis.tuning._search import plan_concurrency, run_search
 from distmis.tuning._searcher import OptunaSearcher, build_sampler
-from distmis.tuning._storage import remove_partials, tune_storage
+from distmis.tuning._storage import WholeFileLocalHandler, remove_partials, tune_storage
 from distmis.tuning._tracking import fail_search_tracking
 from distmis.tuning._trial import TrialContext, trainable_for
 from distmis.tuning._tuner import (
@@ -49,6 +49,7 @@ __all__ = [
     "trial_context",
     "remove_partials",
     "tune_storage",
+    "WholeFileLocalHandler",
     "trial_rows",
     "tune_environment",
     "unfinished_trials",

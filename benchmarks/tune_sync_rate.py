@@ -1,0 +1,116 @@
+"""How often Ray Tune's driver syncs the experiment directory, as concurrent trials grow.
+
+Each distmis trial checkpoints every epoch with ``CheckpointConfig(num_to_keep=2)``, and Tune then
+forces an experiment sync once some trial has checkpointed twice since the last sync; it also
+syncs every ``TUNE_GLOBAL_CHECKPOINT_S`` (distmis: 5 s). Each sync copies every file of the
+experiment (``benchmarks/tune_storage.py`` times one), so what a search of K concurrent trials
+costs its driver is that time the sync rate. Does the rate grow with K (one forced sync per
+trial's second checkpoint) or stay near one per epoch (the counters are cleared for all trials at
+each sync)? This runs K trials that only sleep an epoch and checkpoint, through distmis's Tune
+settings (``tune_environment``, ``tune_storage``, the same ``CheckpointConfig``), and counts the
+driver's syncs: each one writes ``experiment_state-*.json`` through the storage filesystem.
+
+    python benchmarks/tune_sync_rate.py [--concurrency 2,8,32] [--epoch-seconds 2] [--epochs 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow.fs as pafs
+
+from distmis.tuning import WholeFileLocalHandler, tune_environment
+
+#: when the driver wrote each experiment state (one per sync); the driver's copy of the handler only
+SYNCS: list[float] = []
+
+
+class CountingHandler(WholeFileLocalHandler):
+    """distmis's storage handler, noting each sync of the experiment state in the driver."""
+
+    def open_output_stream(self, path: str, metadata: Any) -> Any:
+        if Path(path).name.startswith("experiment_state"):
+            SYNCS.append(time.monotonic())
+        return super().open_output_stream(path, metadata)
+
+
+def trial(config: dict[str, Any]) -> None:
+    """An epoch of sleep, then a checkpoint and a report, as a distmis trial reports."""
+    from ray import tune
+
+    for epoch in range(1, config["epochs"] + 1):
+        time.sleep(config["epoch_seconds"])  # the workload: an epoch's training, not a wait on anything
+        with tempfile.TemporaryDirectory() as d:
+            (Path(d) / "state.txt").write_text(str(epoch))
+            tune.report({"epoch": epoch, "val_dice": epoch / 100}, checkpoint=tune.Checkpoint.from_directory(d))
+
+
+def run(concurrency: int, epoch_seconds: float, epochs: int) -> dict[str, float]:
+    import ray
+    from ray import tune
+
+    from distmis.raysession import init_ray, shutdown_ray
+
+    tune_environment()
+    SYNCS.clear()
+    out = Path(tempfile.mkdtemp(prefix="tune-sync-rate-"))
+    init_ray(None, num_cpus=concurrency)
+    try:
+        tuner = tune.Tuner(
+            tune.with_resources(trial, {"cpu": 1}),
+            param_space={"epochs": epochs, "epoch_seconds": epoch_seconds},
+            tune_config=tune.TuneConfig(num_samples=concurrency, max_concurrent_trials=concurrency),
+            run_config=tune.RunConfig(
+                name="tune",
+                storage_path=str(out),
+                storage_filesystem=pafs.PyFileSystem(CountingHandler()),
+                checkpoint_config=tune.CheckpointConfig(
+                    num_to_keep=2
+                ),  # a function trainable checkpoints when it reports one
+                verbose=0,
+            ),
+        )
+        start = time.monotonic()
+        tuner.fit()
+        wall = time.monotonic() - start
+    finally:
+        shutdown_ray()
+        assert not ray.is_initialized()
+    syncs = [t for t in SYNCS if t >= start]
+    gaps = [b - a for a, b in zip(syncs, syncs[1:], strict=False)]
+    return {
+        "wall": wall,
+        "syncs": len(syncs),
+        "per_epoch": len(syncs) / (wall / epoch_seconds),
+        "checkpoints_per_epoch": concurrency,
+        "median_gap": statistics.median(gaps) if gaps else float("nan"),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--concurrency", default="2,8,32")
+    p.add_argument("--epoch-seconds", type=float, default=2.0)
+    p.add_argument("--epochs", type=int, default=15)
+    a = p.parse_args()
+    print(f"trials of {a.epochs} epochs of {a.epoch_seconds} s, one wave of K at once")
+    print(
+        "| K trials at once | wall (s) | syncs | syncs per epoch-length | checkpoints per epoch-length | median gap (s) |"
+    )
+    print("|---|---|---|---|---|---|")
+    for k in (int(x) for x in a.concurrency.split(",")):
+        r = run(k, a.epoch_seconds, a.epochs)
+        print(
+            f"| {k} | {r['wall']:.1f} | {r['syncs']} | {r['per_epoch']:.2f} | {k} | {r['median_gap']:.2f} |",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
