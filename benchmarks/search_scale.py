@@ -32,6 +32,7 @@ study measured; ``default`` follows distmis's current rule.
     python benchmarks/search_scale.py --speed        # one 128-trial search on 32 workers, timed
     python benchmarks/search_scale.py --speedup      # grid and default search, 1 worker against 32
     python benchmarks/search_scale.py --grid-efficiency  # what the grid's efficiency at 32 workers depends on
+    python benchmarks/search_scale.py --ceiling      # how much sooner than random any searcher can reach R
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import argparse
 import dataclasses
 import functools
 import json
+import math
 import statistics
 import time
 from collections import defaultdict
@@ -65,13 +67,17 @@ from distmis.simulate import (
     analyse,
     finite_json,
     fmt_stat,
+    plot,
     quartiles,
     read_table,
     simulate_search,
+    time_to,
     typed_for,
 )
 
 CURVES = REPO / "benchmarks" / "curves" / "anatomy32.csv.gz"
+SCENARIOS = "1x64,4x64,8x64,8x128,32x128,32x256,128x256"
+CEILING = "32x128,32x256"
 QUICKSTART_CURVES = REPO / "benchmarks" / "curves" / "quickstart.csv.gz"
 EPOCHS = 16
 ASHA = {"type": "asha", "grace_period": 1, "reduction_factor": 2}
@@ -104,8 +110,13 @@ METHODS: dict[str, dict[str, Any]] = {
 TWICE_K = ("tpe", "tpe+asha", "tpe+hyperband", "gp", "gp+asha", "cmaes")
 
 
-def method_config(method: str, *, budget: int, workers: int, seed: int) -> ExperimentConfig:
-    search = dict(METHODS[method])
+def method_config(
+    method: str, *, budget: int, workers: int, seed: int, points: list[dict[str, Any]] | None = None
+) -> ExperimentConfig:
+    """``method``'s search file; ``points`` are tried first (or, for ``points``, are the whole search)."""
+    search = dict(METHODS[method]) if method != "points" else {"algorithm": "points", "scheduler": {"type": "none"}}
+    if points is not None:
+        search["points"] = points
     if method == "tpe+asha-quarter":
         search["startup_trials"] = max(1, min(max(2 * workers, 10), budget // 4))
     if method in TWICE_K:
@@ -272,11 +283,14 @@ def grid_efficiency(seeds: int) -> str:
         first = config_of(0, 1)
         typed = typed_for(read_table(path), first.space, metric=first.search.metric, epochs=first.train.epochs)
         costs = StartupCosts.of_curves(typed.curves)
+        fitted = NearestCurves(typed, first.space, metric=first.search.metric, mode=first.search.mode)
+        fitted.choose_weights()
         for by_architecture in (False, True):
             for length in (1, 10, 100):
                 table = retimed(typed, length=length, by_architecture=by_architecture)
                 surrogate = NearestCurves(table, first.space, metric=first.search.metric, mode=first.search.mode)
-                surrogate.choose_weights()
+                # retiming leaves every value as recorded, so the weights fitted on them hold for each variant
+                surrogate.neighbours, surrogate.weights = fitted.neighbours, fitted.weights
                 runs = one_and_32(config_of, surrogate, costs, seeds)
                 walls = {k: quartiles([r["wall"] for r in runs[k]])[0] for k in runs}
                 spent = [[b - a for a, b in r["intervals"]] for r in runs[32]]
@@ -293,6 +307,116 @@ def grid_efficiency(seeds: int) -> str:
         lines.append(
             f"({label}: {len(typed.curves)} curves; start-up as recorded: search {costs.search:.1f} s, slot "
             f"{costs.slot:.1f} s, a trial's cold {costs.cold:.1f} s and warm {costs.warm:.1f} s)"
+        )
+    return "\n".join(lines)
+
+
+def _time_to(curve: Curve, target: float) -> float:
+    """Seconds of ``curve``'s epochs until it first reports ``target`` or more (inf: never)."""
+    spent = 0.0
+    for seconds, value in zip(curve.epoch_seconds, curve.values["val_dice"], strict=True):
+        spent += seconds
+        if value >= target:
+            return spent
+    return math.inf
+
+
+def fastest_first(curves: Curves, target: float, workers: int) -> list[dict[str, Any]]:
+    """The ``workers`` recorded configurations that reach ``target`` soonest, surest first.
+
+    A configuration's curves over its training seeds are ranked by how many of them never reach the
+    target, then by their mean time to it: the surrogate replays one of its seeds at random.
+    """
+    config = method_config("random", budget=1, workers=workers, seed=0)
+    surrogate, _ = curves.for_config(config)
+    ranked = []
+    for options in surrogate.curves:
+        times = [_time_to(c, target) for c in options]
+        reached = [t for t in times if math.isfinite(t)]
+        ranked.append((len(times) - len(reached), statistics.mean(reached) if reached else math.inf, options[0].params))
+    ranked.sort(key=lambda r: (r[0], r[1]))
+    return [dict(params) for _, _, params in ranked[:workers]]
+
+
+def paired_speedups(runs: dict[str, dict[int, dict]]) -> dict[str, list[float]]:
+    """Per method and seed: the time random search of that seed took to its own final best, over
+    the time the method of that seed took to the same value (0 where it never got there).
+
+    Random's median final best R sits where half of random's seeds end below it, so with an even
+    number of seeds its median time to R can be "never" by a single seed; this ratio asks the same
+    question of every seed and has no such edge.
+    """
+    speedups: dict[str, list[float]] = {m: [] for m in runs}
+    for seed, r in runs["random"].items():
+        final = max(v for _, v in r["events"])
+        own = time_to(r["events"], final)
+        for method, seeds in runs.items():
+            theirs = time_to(seeds[seed]["events"], final)
+            speedups[method].append(own / theirs if math.isfinite(theirs) else 0.0)
+    return speedups
+
+
+def ceiling(curves: Curves, scenarios: list[tuple[int, int]], seeds: int, out: Path) -> str:
+    """How much sooner than random search any searcher can reach R at K workers, and what gets closer.
+
+    At K workers and N trials there are N / K rounds. Random search reaches its own median final
+    best R at some round; a searcher can only beat it by putting an R-reaching configuration into an
+    earlier round, and the first round is sampled before anything is known. Per scenario, over seeds:
+
+      random, default   as in the study (R is random's median final best over these seeds)
+      warm start        the default search with ``search.points`` set to the best configuration of an
+                        earlier default search of the same size (another seed): what a user who ran
+                        the search before can do today
+      best first round  the K recorded configurations that reach R soonest, all in the first round
+                        (``algorithm: points``): no searcher that starts with the same start-up can
+                        reach R sooner with the table's recorded configurations, so random's time
+                        over it bounds the speed-up (the surrogate's moved curve for a configuration
+                        the table does not hold is not bounded by it)
+    """
+    lines = [
+        "| K workers, trials | rounds | R | method | reached R | time to R (s) | random's / method's median "
+        "| paired: random's time to its own final best / method's, same seed |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    results: dict[str, Any] = {}
+    for workers, budget in scenarios:
+        runs: dict[str, dict[int, dict]] = {m: {} for m in ("random", "default", "warm start", "best first round")}
+        for seed in range(seeds):
+            runs["random"][seed] = one(curves, "random", workers=workers, budget=budget, seed=seed).as_dict()
+            runs["default"][seed] = one(curves, "default", workers=workers, budget=budget, seed=seed).as_dict()
+        target = quartiles([max(v for _, v in r["events"]) for r in runs["random"].values()])[0]
+        first = fastest_first(curves, target, workers)
+        for seed in range(seeds):
+            earlier = one(curves, "default", workers=workers, budget=budget, seed=seed + 1000)
+            warm = method_config("default", budget=budget, workers=workers, seed=seed, points=[earlier.best_params])
+            oracle = method_config("points", budget=workers, workers=workers, seed=seed, points=first)
+            for name, config in (("warm start", warm), ("best first round", oracle)):
+                surrogate, costs = curves.for_config(config)
+                runs[name][seed] = simulate_search(config, surrogate, workers=workers, costs=costs, seed=seed).as_dict()
+            print(f"  K={workers} budget={budget}: seed {seed + 1} of {seeds}", flush=True)
+        table = analyse(runs, target, 1.0, horizon_from="random")
+        table["paired"] = paired_speedups(runs)
+        results[f"K{workers}-N{budget}"] = {"table": table, "best_first_round": first}
+        random_median = table["methods"]["random"]["summary"]["time_to_target"]["median"]
+        for method, m in table["methods"].items():
+            s = m["summary"]
+            t = s["time_to_target"]
+            ratio = random_median / t["median"] if math.isfinite(t["median"]) else 0.0
+            lines.append(
+                f"| {workers}, {budget} | {budget / workers:g} | {target:.4f} | {method} | {s['reached']}/{seeds} | "
+                f"{fmt_stat(t['median'], t['q1'], t['q3'], 0)} | "
+                f"{f'x{ratio:.2f}' if math.isfinite(random_median) else 'random: never'} | "
+                f"x{fmt_stat(*quartiles(table['paired'][method]), 2)} |"
+            )
+        print("\n".join(lines[-4:]), flush=True)
+        out.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(out / "ceiling.json", json.dumps(finite_json(results), indent=1) + "\n")
+        plot(
+            runs,
+            table,
+            out / f"ceiling-K{workers}-N{budget}.png",
+            "val_dice",
+            title=f"{budget} trials on {workers} workers, {seeds} seeds: best so far, median and IQR",
         )
     return "\n".join(lines)
 
@@ -326,8 +450,7 @@ def main() -> None:
     p.add_argument("--curves", default=str(CURVES))
     p.add_argument(
         "--scenarios",
-        default="1x64,4x64,8x64,8x128,32x128,32x256,128x256",
-        help="K x budget pairs: workers and trials per search",
+        help=f"K x budget pairs: workers and trials per search (the study: {SCENARIOS}; --ceiling: {CEILING})",
     )
     p.add_argument("--seeds", type=int, default=10)
     p.add_argument("--methods", default=",".join(METHODS))
@@ -335,6 +458,11 @@ def main() -> None:
     p.add_argument("--speedup", action="store_true", help="only the 1-against-32-workers speed-up")
     p.add_argument(
         "--grid-efficiency", action="store_true", help="only the grid's efficiency at 32 workers against trial length"
+    )
+    p.add_argument(
+        "--ceiling",
+        action="store_true",
+        help="only how much sooner than random any searcher can reach R",
     )
     p.add_argument("--out", default=str(REPO / "runs" / "bench-search-scale"))
     a = p.parse_args()
@@ -349,6 +477,12 @@ def main() -> None:
     if a.speedup:
         print(speedup(curves, a.seeds))
         return
+    if a.ceiling:
+        chosen = [
+            (int(w), int(n)) for w, n in (pair.lower().split("x") for pair in (a.scenarios or CEILING).split(","))
+        ]
+        print(ceiling(curves, chosen, a.seeds, Path(a.out)))
+        return
     out = Path(a.out)
     methods = [m.strip() for m in a.methods.split(",") if m.strip()]
     if "random" not in methods:
@@ -358,7 +492,7 @@ def main() -> None:
         f"simulated on {a.curves}; {a.seeds} seeds; median [IQR]; target R = random's median final best at that "
         "K and budget; fractions of random's median wall time",
     ]
-    for pair in a.scenarios.split(","):
+    for pair in (a.scenarios or SCENARIOS).split(","):
         workers, budget = (int(x) for x in pair.lower().split("x"))
         start = time.perf_counter()
         table = scenario(curves, methods, workers=workers, budget=budget, seeds=a.seeds)
