@@ -43,20 +43,25 @@ import functools
 import json
 import math
 import statistics
+import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import optuna
 import yaml
 from benchlib import REPO, TASK_FILES
 from curve_timing import architecture
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
 from record_curves import ANATOMY32_SPACE
 from search_efficiency import search_doc
 
 from distmis.config import ExperimentConfig
 from distmis.files import write_text_atomic
+from distmis.schema import RunFile
 from distmis.simulate import (
     Curve,
     CurveTable,
@@ -356,6 +361,42 @@ def paired_speedups(runs: dict[str, dict[int, dict]]) -> dict[str, list[float]]:
     return speedups
 
 
+#: the two ways an earlier search of the same size (another seed) can start a new one
+WARM = ("earlier best first", "earlier trials to TPE")
+
+
+def warm_starts(curves: Curves, *, workers: int, budget: int, seed: int) -> dict[str, SearchRun]:
+    """The default search started from an earlier default search of the same size (seed + 1000).
+
+    earlier best first     ``search.points`` holds the earlier search's best configuration: what a
+                           user can do today
+    earlier trials to TPE  the new study starts with every finished trial of the earlier one
+                           (``optuna.copy_study``), so TPE models them from its first proposal: with
+                           that many trials its random start-up is already over
+    """
+    config = method_config("default", budget=budget, workers=workers, seed=seed)
+    surrogate, costs = curves.for_config(config)
+    with tempfile.TemporaryDirectory(prefix="distmis-warm-") as tmp:
+        before, after = Path(tmp) / "earlier", Path(tmp) / "new"
+        before.mkdir()
+        after.mkdir()
+        earlier_config = method_config("default", budget=budget, workers=workers, seed=seed + 1000)
+        earlier = simulate_search(
+            earlier_config, surrogate, workers=workers, costs=costs, seed=seed + 1000, work=before
+        )
+        best_first = method_config("default", budget=budget, workers=workers, seed=seed, points=[earlier.best_params])
+        optuna.copy_study(
+            from_study_name=earlier_config.name,
+            from_storage=JournalStorage(JournalFileBackend(str(before / RunFile.JOURNAL))),
+            to_storage=JournalStorage(JournalFileBackend(str(after / RunFile.JOURNAL))),
+            to_study_name=config.name,
+        )
+        return {
+            WARM[0]: simulate_search(best_first, surrogate, workers=workers, costs=costs, seed=seed),
+            WARM[1]: simulate_search(config, surrogate, workers=workers, costs=costs, seed=seed, work=after),
+        }
+
+
 def ceiling(curves: Curves, scenarios: list[tuple[int, int]], seeds: int, out: Path) -> str:
     """How much sooner than random search any searcher can reach R at K workers, and what gets closer.
 
@@ -364,9 +405,9 @@ def ceiling(curves: Curves, scenarios: list[tuple[int, int]], seeds: int, out: P
     earlier round, and the first round is sampled before anything is known. Per scenario, over seeds:
 
       random, default   as in the study (R is random's median final best over these seeds)
-      warm start        the default search with ``search.points`` set to the best configuration of an
-                        earlier default search of the same size (another seed): what a user who ran
-                        the search before can do today
+      earlier ...       the default search started from an earlier one of the same size (another
+                        seed): its best configuration first, or all its trials given to TPE
+                        (:func:`warm_starts`)
       best first round  the K recorded configurations that reach R soonest, all in the first round
                         (``algorithm: points``): no searcher that starts with the same start-up can
                         reach R sooner with the table's recorded configurations, so random's time
@@ -380,19 +421,20 @@ def ceiling(curves: Curves, scenarios: list[tuple[int, int]], seeds: int, out: P
     ]
     results: dict[str, Any] = {}
     for workers, budget in scenarios:
-        runs: dict[str, dict[int, dict]] = {m: {} for m in ("random", "default", "warm start", "best first round")}
+        runs: dict[str, dict[int, dict]] = {m: {} for m in ("random", "default", *WARM, "best first round")}
         for seed in range(seeds):
             runs["random"][seed] = one(curves, "random", workers=workers, budget=budget, seed=seed).as_dict()
             runs["default"][seed] = one(curves, "default", workers=workers, budget=budget, seed=seed).as_dict()
         target = quartiles([max(v for _, v in r["events"]) for r in runs["random"].values()])[0]
         first = fastest_first(curves, target, workers)
         for seed in range(seeds):
-            earlier = one(curves, "default", workers=workers, budget=budget, seed=seed + 1000)
-            warm = method_config("default", budget=budget, workers=workers, seed=seed, points=[earlier.best_params])
+            for name, run in warm_starts(curves, workers=workers, budget=budget, seed=seed).items():
+                runs[name][seed] = run.as_dict()
             oracle = method_config("points", budget=workers, workers=workers, seed=seed, points=first)
-            for name, config in (("warm start", warm), ("best first round", oracle)):
-                surrogate, costs = curves.for_config(config)
-                runs[name][seed] = simulate_search(config, surrogate, workers=workers, costs=costs, seed=seed).as_dict()
+            surrogate, costs = curves.for_config(oracle)
+            runs["best first round"][seed] = simulate_search(
+                oracle, surrogate, workers=workers, costs=costs, seed=seed
+            ).as_dict()
             print(f"  K={workers} budget={budget}: seed {seed + 1} of {seeds}", flush=True)
         table = analyse(runs, target, 1.0, horizon_from="random")
         table["paired"] = paired_speedups(runs)
@@ -408,7 +450,7 @@ def ceiling(curves: Curves, scenarios: list[tuple[int, int]], seeds: int, out: P
                 f"{f'x{ratio:.2f}' if math.isfinite(random_median) else 'random: never'} | "
                 f"x{fmt_stat(*quartiles(table['paired'][method]), 2)} |"
             )
-        print("\n".join(lines[-4:]), flush=True)
+        print("\n".join(lines[-len(runs) :]), flush=True)
         out.mkdir(parents=True, exist_ok=True)
         write_text_atomic(out / "ceiling.json", json.dumps(finite_json(results), indent=1) + "\n")
         plot(

@@ -14,6 +14,7 @@ costs what it would.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import tempfile
 import time
@@ -235,19 +236,27 @@ def simulate_search(
     costs: StartupCosts,
     seed: int,
     match_training_seed: bool = False,
+    work: Path | None = None,
 ) -> SearchRun:
     """Run ``config``'s search with ``workers`` concurrent trials on the recorded curves.
 
     ``match_training_seed``: replay the curves recorded with the file's ``train.seed`` where a
     configuration has one (what a real search with that seed trains), else a recorded seed drawn.
+    ``work``: the folder that holds the searcher's files (its Optuna journal) and keeps them, so a
+    simulated study can be read afterwards or given its trials before it starts; else a temporary one.
     """
     np.random.seed(seed)  # ASHA draws each trial's bracket from NumPy's global generator
     rng = np.random.default_rng(seed)
-    with tempfile.TemporaryDirectory(prefix="distmis-simulate-") as work:
+    with contextlib.ExitStack() as stack:
+        folder = (
+            work
+            if work is not None
+            else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="distmis-simulate-")))
+        )
         sim = _Simulation(
             config,
             surrogate,
-            Path(work),
+            folder,
             workers=workers,
             costs=costs,
             training_seed=config.train.seed if match_training_seed else None,
