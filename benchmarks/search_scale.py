@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import itertools
 import json
 import math
 import statistics
@@ -318,12 +319,17 @@ def grid_efficiency(seeds: int) -> str:
 
 def _time_to(curve: Curve, target: float) -> float:
     """Seconds of ``curve``'s epochs until it first reports ``target`` or more (inf: never)."""
-    spent = 0.0
-    for seconds, value in zip(curve.epoch_seconds, curve.values["val_dice"], strict=True):
-        spent += seconds
-        if value >= target:
-            return spent
-    return math.inf
+    return time_to(list(zip(itertools.accumulate(curve.epoch_seconds), curve.values["val_dice"], strict=True)), target)
+
+
+def random_final_best(runs: dict[str, dict[int, dict]]) -> float:
+    """R: the median over seeds of random search's final best, the target every method is timed to."""
+    return quartiles([max(v for _, v in r["events"]) for r in runs["random"].values()])[0]
+
+
+def scenario_pairs(text: str) -> list[tuple[int, int]]:
+    """``"32x128,8x64"`` as (workers, trials) pairs."""
+    return [(int(w), int(n)) for w, n in (pair.lower().split("x") for pair in text.split(","))]
 
 
 def fastest_first(curves: Curves, target: float, workers: int) -> list[dict[str, Any]]:
@@ -425,7 +431,7 @@ def ceiling(curves: Curves, scenarios: list[tuple[int, int]], seeds: int, out: P
         for seed in range(seeds):
             runs["random"][seed] = one(curves, "random", workers=workers, budget=budget, seed=seed).as_dict()
             runs["default"][seed] = one(curves, "default", workers=workers, budget=budget, seed=seed).as_dict()
-        target = quartiles([max(v for _, v in r["events"]) for r in runs["random"].values()])[0]
+        target = random_final_best(runs)
         first = fastest_first(curves, target, workers)
         for seed in range(seeds):
             for name, run in warm_starts(curves, workers=workers, budget=budget, seed=seed).items():
@@ -470,9 +476,7 @@ def scenario(curves: Curves, methods: list[str], *, workers: int, budget: int, s
         for seed in range(seeds):
             runs[method][seed] = one(curves, method, workers=workers, budget=budget, seed=seed).as_dict()
         print(f"  K={workers} budget={budget} {method}: {seeds} seeds", flush=True)
-    finals = [max(v for _, v in r["events"]) for r in runs["random"].values()]
-    target = quartiles(finals)[0]
-    return analyse(runs, target, 1.0, horizon_from="random")
+    return analyse(runs, random_final_best(runs), 1.0, horizon_from="random")
 
 
 def _row(method: str, m: dict[str, Any]) -> str:
@@ -520,10 +524,7 @@ def main() -> None:
         print(speedup(curves, a.seeds))
         return
     if a.ceiling:
-        chosen = [
-            (int(w), int(n)) for w, n in (pair.lower().split("x") for pair in (a.scenarios or CEILING).split(","))
-        ]
-        print(ceiling(curves, chosen, a.seeds, Path(a.out)))
+        print(ceiling(curves, scenario_pairs(a.scenarios or CEILING), a.seeds, Path(a.out)))
         return
     out = Path(a.out)
     methods = [m.strip() for m in a.methods.split(",") if m.strip()]
@@ -534,8 +535,7 @@ def main() -> None:
         f"simulated on {a.curves}; {a.seeds} seeds; median [IQR]; target R = random's median final best at that "
         "K and budget; fractions of random's median wall time",
     ]
-    for pair in (a.scenarios or SCENARIOS).split(","):
-        workers, budget = (int(x) for x in pair.lower().split("x"))
+    for workers, budget in scenario_pairs(a.scenarios or SCENARIOS):
         start = time.perf_counter()
         table = scenario(curves, methods, workers=workers, budget=budget, seeds=a.seeds)
         results[f"K{workers}-N{budget}"] = table
