@@ -29,7 +29,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--match-training-seed",
         action="store_true",
-        help="replay the curves recorded with each file's train.seed where held (else a recorded seed is drawn)",
+        help="replay the curves recorded with each file's train.seed where held (else, and without it, "
+        "every trial of one simulated search replays one recorded seed, drawn for that search)",
     )
     p.add_argument("--out", default=None, help="output directory (default runs/simulate-<first file's name>)")
 

@@ -240,8 +240,10 @@ def simulate_search(
 ) -> SearchRun:
     """Run ``config``'s search with ``workers`` concurrent trials on the recorded curves.
 
-    ``match_training_seed``: replay the curves recorded with the file's ``train.seed`` where a
-    configuration has one (what a real search with that seed trains), else a recorded seed drawn.
+    Every trial replays one recorded training seed, as every trial of a real search trains with
+    one ``train.seed``. ``match_training_seed``: that seed is the file's ``train.seed`` where the
+    table holds it (what a real search with that seed trains); else, and without it, a recorded
+    seed drawn once for the search.
     ``work``: the folder that holds the searcher's files (its Optuna journal) and keeps them, so a
     simulated study can be read afterwards or given its trials before it starts; else a temporary one.
     """
@@ -259,7 +261,7 @@ def simulate_search(
             folder,
             workers=workers,
             costs=costs,
-            training_seed=config.train.seed if match_training_seed else None,
+            training_seed=surrogate.search_seed(config.train.seed if match_training_seed else None, rng),
         )
         sim.start_trials(0.0, rng)
         while sim.heap:

@@ -15,7 +15,10 @@ parameters' weights those of the least leave-one-out error on the table. A recor
 average of several, is what moves: it keeps the noise and the shape a real trial has, which an
 average smooths away and a scheduler reacts to.
 
-Where a configuration has curves for several training seeds, each lookup draws one of them.
+Where a configuration has curves for several training seeds, a lookup replays the one of the
+search's training seed. Every trial of a real search trains with the file's ``train.seed``, and
+that seed moves the whole search (its data order, its initial weights): replaying a seed drawn
+for each trial on its own would give every configuration its luckiest seed in the best of many.
 """
 
 from __future__ import annotations
@@ -142,8 +145,9 @@ class NearestCurves:
         by a constant to the mean best value of its ``neighbours`` nearest.
 
         Of a configuration's seeds, the one recorded with ``training_seed`` where given and held
-        (training is deterministic: a real trial with that seed reports that very curve), else one
-        drawn at random.
+        (training is deterministic: a real trial with that seed reports that very curve); where
+        given and not held, always the same one of those it holds, as a search replays one seed;
+        where not given, one drawn at random.
         """
         own = self.index.get(config_key(params))
         if own is not None:
@@ -161,6 +165,19 @@ class NearestCurves:
         shape, the noise and the epochs' seconds stay a real trial's."""
         moved = [min(max(v + by, self.recorded_range[0]), self.recorded_range[1]) for v in curve.values[self.metric]]
         return replace(curve, values={**curve.values, self.metric: moved})
+
+    @cached_property
+    def training_seeds(self) -> list[int]:
+        """Every training seed the table holds a curve of, in order."""
+        return sorted({c.training_seed for curves in self.curves for c in curves})
+
+    def search_seed(self, wanted: int | None, rng: np.random.Generator) -> int | None:
+        """The recorded training seed one simulated search replays: ``wanted`` where the table holds
+        it, else one of the table's drawn once for the whole search."""
+        held = self.training_seeds
+        if wanted in held or not held:
+            return wanted
+        return held[int(rng.integers(len(held)))]
 
     @cached_property
     def recorded_range(self) -> tuple[float, float]:
@@ -220,11 +237,18 @@ class NearestCurves:
 
 
 def _one_seed(options: list[Curve], rng: np.random.Generator, training_seed: int | None) -> Curve:
-    """Of one configuration's curves, the one recorded with ``training_seed``, else one drawn."""
-    same = [c for c in options if training_seed is not None and c.training_seed == training_seed]
+    """Of one configuration's curves, the one recorded with ``training_seed``; where that seed is not
+    among them, the same one of them for that seed every time (a search's trials share its seed);
+    with no seed given, one drawn."""
+    if len(options) == 1:
+        return options[0]
+    if training_seed is None:
+        return options[int(rng.integers(len(options)))]
+    same = [c for c in options if c.training_seed == training_seed]
     if same:
         return same[0]
-    return options[int(rng.integers(len(options)))] if len(options) > 1 else options[0]
+    ordered = sorted(options, key=lambda c: c.training_seed)
+    return ordered[training_seed % len(ordered)]
 
 
 def _predict(pairs: np.ndarray, weights: np.ndarray, truth: np.ndarray, judged: Any, k: int = 1) -> np.ndarray:

@@ -224,10 +224,57 @@ def test_the_surrogate_answers_a_recorded_configuration_with_its_own_curve(table
     assert seeds == {0, 1}  # both recorded seeds are drawn
     same = {surrogate.curve({"lr": 1e-4, "norm": "batch"}, rng, training_seed=1).training_seed for _ in range(5)}
     assert same == {1}  # the seed a real trial would train with, where recorded
+    other = {surrogate.curve({"lr": 1e-4, "norm": "batch"}, rng, training_seed=7).training_seed for _ in range(5)}
+    assert len(other) == 1  # a seed not recorded: the same recorded one every time, as a search shares its seed
     near = surrogate.curve({"lr": 2.9e-3, "norm": "group"}, rng)
     assert near.params == {"lr": 3e-3, "norm": "group"}
     loo = surrogate.leave_one_out()
     assert loo.configs == 10 and loo.seed_pairs == 3 and 0 < loo.mean_absolute_error < 0.2
+
+
+def _two_seed_table() -> list[Curve]:
+    """Every configuration with two training seeds whose curves cannot be confused: seed 1's values
+    are those of seed 0 plus 0.5, so each reported value says which seed it came from."""
+    curves = []
+    for i, (lr, norm) in enumerate((lr, norm) for lr in LRS for norm in NORMS):
+        for seed in (0, 1):
+            values = [_value(lr, norm, e, 0) * 0.5 + 0.5 * seed for e in range(1, EPOCHS + 1)]
+            curves.append(
+                Curve(
+                    f"t{i}-{seed}",
+                    seed,
+                    {"lr": lr, "norm": norm},
+                    False,
+                    0.5,
+                    2.0,
+                    [1.0] * EPOCHS,
+                    {"val_dice": values},
+                )
+            )
+    return curves
+
+
+def test_every_trial_of_one_simulated_search_replays_one_training_seed(tmp_path: Path) -> None:
+    table = write_table(_two_seed_table(), tmp_path / "two-seeds.csv.gz")
+    config, surrogate, costs = _prepared(_search(tmp_path, "random", "random", samples=12), table)
+    seen = set()
+    for seed in range(8):
+        run = simulate_search(config, surrogate, workers=3, costs=costs, seed=seed)
+        from_seed = {v >= 0.5 for _, v in run.events}
+        assert len(from_seed) == 1, f"search {seed} mixed the training seeds of its trials"
+        seen |= from_seed
+    assert seen == {False, True}  # the seed is drawn per search, and both are drawn
+
+    # with --match-training-seed the file's seed, where held, is every trial's
+    matched = simulate_search(
+        config.model_copy(update={"train": config.train.model_copy(update={"seed": 1})}),
+        surrogate,
+        workers=3,
+        costs=costs,
+        seed=0,
+        match_training_seed=True,
+    )
+    assert min(v for _, v in matched.events) >= 0.5
 
 
 def test_an_unrecorded_configuration_replays_its_nearest_curve_moved_to_its_neighbours_level(
