@@ -8,6 +8,7 @@ import math
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -38,10 +39,12 @@ def _value(lr: float, norm: str, epoch: int, seed: int) -> float:
     return peak * (1 - math.exp(-epoch / 2.0))
 
 
-def _table() -> list[Curve]:
+def _table(value: Callable[[float, str, int, int], float] = _value, two_seeds: int = 3) -> list[Curve]:
+    """The hand-made table: ``value`` per configuration, epoch and seed; the first ``two_seeds``
+    configurations recorded with seeds 0 and 1, the rest with seed 0."""
     curves = []
     for i, (lr, norm) in enumerate((lr, norm) for lr in LRS for norm in NORMS):
-        for seed in (0, 1) if i < 3 else (0,):
+        for seed in (0, 1) if i < two_seeds else (0,):
             curves.append(
                 Curve(
                     trial=f"t{i}-{seed}",
@@ -51,7 +54,7 @@ def _table() -> list[Curve]:
                     startup_seconds=0.25 if i > 1 else 0.5,
                     slot_startup_seconds=None if i > 1 else 2.0,
                     epoch_seconds=[1.0] * EPOCHS,
-                    values={"val_dice": [_value(lr, norm, e, seed) for e in range(1, EPOCHS + 1)]},
+                    values={"val_dice": [value(lr, norm, e, seed) for e in range(1, EPOCHS + 1)]},
                 )
             )
     return curves
@@ -236,23 +239,7 @@ def _two_seed_table() -> list[Curve]:
     """Every configuration with two training seeds whose curves cannot be confused: seed 0's values
     lie below 0.45 and seed 1's above 0.5 (even moved to a neighbour's level), so each reported
     value says which seed it came from."""
-    curves = []
-    for i, (lr, norm) in enumerate((lr, norm) for lr in LRS for norm in NORMS):
-        for seed in (0, 1):
-            values = [_value(lr, norm, e, 0) * 0.4 + 0.5 * seed for e in range(1, EPOCHS + 1)]
-            curves.append(
-                Curve(
-                    f"t{i}-{seed}",
-                    seed,
-                    {"lr": lr, "norm": norm},
-                    False,
-                    0.5,
-                    2.0,
-                    [1.0] * EPOCHS,
-                    {"val_dice": values},
-                )
-            )
-    return curves
+    return _table(lambda lr, norm, e, seed: _value(lr, norm, e, 0) * 0.4 + 0.5 * seed, two_seeds=len(LRS) * len(NORMS))
 
 
 def test_every_trial_of_one_simulated_search_replays_one_training_seed(tmp_path: Path) -> None:
