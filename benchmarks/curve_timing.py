@@ -11,8 +11,10 @@ table's trial order, which shows a recording whose epochs slowed as it went.
 first epoch and the others apart, and how far the search metric moved. Two machines of one kind
 differ; this says by how much, when the values are the same.
 
-``--write OUT`` writes a copy of the table with every epoch's seconds divided by that median
-ratio: a diagnostic (what would the simulation say on this machine's clock?), not a recording.
+``--write OUT`` writes a copy of the table on the real searches' clock: the first epoch (which
+traces the steps), the other epochs and the start-ups (a slot's, a cold and a warm trial's), each
+divided by its own median ratio table / real. A diagnostic (what would the simulation say on this
+machine's clock that day?), not a recording.
 
     python benchmarks/curve_timing.py --table benchmarks/curves/anatomy32.csv.gz \\
         --real runs/bench-search-anatomy32/runs/random-s* runs/bench-search-anatomy32/runs/default-s*
@@ -30,19 +32,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from distmis.schema import RunFile
-from distmis.simulate import Curve, curves_of_search, read_curves, write_table
-
-#: the parameters that set what an epoch costs (the others change what it learns)
-COST = ("filters", "depth", "batch_size_per_replica", "norm")
-
-
-def architecture(curve: Curve) -> tuple[str, ...]:
-    return tuple(str(curve.params.get(name)) for name in COST)
-
-
-def epoch_seconds(curve: Curve) -> float | None:
-    """The median epoch after the first (which traces the steps)."""
-    return statistics.median(curve.epoch_seconds[1:]) if curve.epochs > 1 else None
+from distmis.simulate import COST_PARAMS, Clock, Curve, architecture, curves_of_search, read_curves, write_table
+from distmis.simulate import later_epoch_seconds as epoch_seconds
 
 
 def again(table_path: str, recording: Path, metric: str) -> None:
@@ -88,8 +79,10 @@ def main() -> None:
         return
 
     real: dict[tuple[str, ...], list[float]] = defaultdict(list)
+    real_curves: list[Curve] = []
     for run in a.real:
         for curve in curves_of_search(run)[0].curves:
+            real_curves.append(curve)
             if (s := epoch_seconds(curve)) is not None:
                 real[architecture(curve)].append(s)
     real_median = {k: statistics.median(v) for k, v in real.items()}
@@ -103,7 +96,7 @@ def main() -> None:
         raise SystemExit("no architecture of the table is among the real searches' trials")
     overall = statistics.median(r for _, r in ratios)
     print(
-        f"{a.table}: {len(ratios)} of {len(table.curves)} curves share an architecture ({', '.join(COST)}) "
+        f"{a.table}: {len(ratios)} of {len(table.curves)} curves share an architecture ({', '.join(COST_PARAMS)}) "
         f"with {sum(map(len, real.values()))} real trials in {len(a.real)} searches"
     )
     print(f"epoch seconds, table / real: median {overall:.3f}\n\n| table's curves | curves | median table / real |")
@@ -114,10 +107,10 @@ def main() -> None:
             print(
                 f"| {start + 1}-{min(start + a.block, len(table.curves))} | {len(block)} | {statistics.median(block):.3f} |"
             )
+    clock = Clock.between(table.curves, real_curves, f"{len(a.real)} searches")
+    print(clock.line())
     if a.write:
-        for curve in table.curves:
-            curve.epoch_seconds = [s / overall for s in curve.epoch_seconds]
-        print(f"\n{write_table(table.curves, Path(a.write))}: every epoch's seconds / {overall:.3f}")
+        print(f"\n{write_table(clock.retimed(table.curves), Path(a.write))}: {clock.line()}")
 
 
 if __name__ == "__main__":

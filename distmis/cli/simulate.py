@@ -6,6 +6,8 @@ directories (a pilot search run without a scheduler). A configuration the curves
 answered by its nearest recorded neighbour. Writes summary.md, summary.json and best_so_far.png.
 
   distmis simulate random.yaml tpe.yaml --curves benchmarks/curves/anatomy32.csv.gz --workers 32 --samples 128
+  # the same on the clock of a short pilot search run on the cluster to simulate
+  distmis simulate random.yaml --curves benchmarks/curves/anatomy32.csv.gz --clock-of runs/pilot --workers 32
 """
 
 from __future__ import annotations
@@ -32,6 +34,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="replay the curves recorded with each file's train.seed where held (else, and without it, "
         "every trial of one simulated search replays one recorded seed, drawn for that search)",
     )
+    p.add_argument(
+        "--clock-of",
+        nargs="+",
+        default=None,
+        metavar="PATH",
+        help="finished search director(ies) or curve table(s) on the hardware to simulate: the curves' first "
+        "epochs, later epochs and start-ups are each divided by their median ratio to these (epochs matched "
+        "by architecture: filters, depth, batch size, norm); default: the curves' own seconds",
+    )
     p.add_argument("--out", default=None, help="output directory (default runs/simulate-<first file's name>)")
 
 
@@ -48,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
         samples=args.samples,
         target=args.target,
         match_training_seed=args.match_training_seed,
+        clock_of=[Path(c) for c in args.clock_of] if args.clock_of else None,
         out=out.resolve(),
     )
     return 0

@@ -1,5 +1,6 @@
 """Searches simulated on a virtual clock: recorded learning curves replayed through distmis's own searcher and scheduler."""
 
+from distmis.simulate._clock import COST_PARAMS, Clock, architecture, later_epoch_seconds
 from distmis.simulate._curves import Curve, CurveError, CurveTable, read_table, typed_for, write_table
 from distmis.simulate._engine import SearchRun, StartupCosts, simulate_search
 from distmis.simulate._from_search import curves_of_search, read_curves
@@ -8,6 +9,8 @@ from distmis.simulate._run import run_simulation
 from distmis.simulate._surrogate import LeaveOneOut, NearestCurves
 
 __all__ = [
+    "COST_PARAMS",
+    "Clock",
     "Curve",
     "CurveError",
     "CurveTable",
@@ -16,9 +19,11 @@ __all__ = [
     "SearchRun",
     "StartupCosts",
     "analyse",
+    "architecture",
     "curves_of_search",
     "finite_json",
     "fmt_stat",
+    "later_epoch_seconds",
     "plot",
     "quartiles",
     "read_curves",

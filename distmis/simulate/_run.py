@@ -17,6 +17,7 @@ from typing import Any
 from distmis.config import ExperimentConfig, load_config
 from distmis.files import OutputClaim, check_output, write_text_atomic
 from distmis.schema import RunFile
+from distmis.simulate._clock import Clock
 from distmis.simulate._curves import CurveError, CurveTable, typed_for
 from distmis.simulate._engine import SearchRun, StartupCosts, simulate_search
 from distmis.simulate._from_search import read_curves
@@ -72,9 +73,13 @@ def run_simulation(
     target: float | None,
     out: Path,
     match_training_seed: bool = False,
+    clock_of: list[Path] | None = None,
 ) -> dict[str, Any]:
     """Simulate every search file over ``seeds`` seeds; writes ``summary.json``, ``summary.md`` and
     ``best_so_far.png`` into ``out`` and returns the summary.
+
+    ``clock_of``: finished searches (or curve tables) whose clock the curves are replayed on
+    (:class:`~distmis.simulate._clock.Clock`); by default the curves' own seconds.
 
     Raises:
         ConfigError / CurveError: a bad search file or curve table (before anything is written).
@@ -82,9 +87,17 @@ def run_simulation(
     """
     if workers < 1 or seeds < 1 or (samples is not None and samples < 1):
         raise CurveError("--workers, --seeds and --samples must be at least 1")
-    inputs = _labelled("search file", search_files) | _labelled("curves", curves)
+    inputs = _labelled("search file", search_files) | _labelled("curves", curves) | _labelled("clock", clock_of or [])
     out = check_output(out, option="--out", inputs=inputs)
     table = read_curves(list(curves))
+    clock = None
+    if clock_of:
+        try:
+            theirs = read_curves(list(clock_of))
+            clock = Clock.between(table.curves, theirs.curves, theirs.source)
+        except CurveError as e:
+            raise CurveError(f"--clock-of {e}") from None
+        table = CurveTable(clock.retimed(table.curves), table.source)
     methods = [method_of(p, table, workers=workers, samples=samples) for p in search_files]
     names = [m.name for m in methods]
     if len(set(names)) != len(names):
@@ -101,6 +114,7 @@ def run_simulation(
         metric = first.config.search.metric
         text = (
             _header(methods, table, workers, seeds, seconds)
+            + (f"\n{clock.line()}" if clock else "")
             + "\n\n"
             + table_text(analysis, metric, baseline=first.name)
         )
@@ -109,6 +123,7 @@ def run_simulation(
             "seeds": seeds,
             "curves": [str(c) for c in curves],
             "metric": metric,
+            "clock": clock.as_dict() if clock else None,
             "simulation_seconds": seconds,
             "methods_detail": {
                 m.name: {

@@ -344,6 +344,76 @@ def test_the_command_writes_table_png_and_json(tmp_path: Path, table_file: Path)
     assert "| random |" in (out / "summary.md").read_text()
 
 
+def _slower(curves: list[Curve], *, first: float, later: float, startup: float) -> list[Curve]:
+    """The same curves recorded on a slower clock: first epochs, later epochs and start-ups each by its own factor."""
+    import dataclasses
+
+    return [
+        dataclasses.replace(
+            c,
+            epoch_seconds=[c.epoch_seconds[0] * first] + [s * later for s in c.epoch_seconds[1:]],
+            startup_seconds=c.startup_seconds * startup,
+            slot_startup_seconds=None if c.slot_startup_seconds is None else c.slot_startup_seconds * startup,
+        )
+        for c in curves
+    ]
+
+
+def test_curves_replayed_on_another_clock_take_its_seconds(tmp_path: Path, table_file: Path) -> None:
+    """A grid on one worker, by hand: each of first epoch, later epochs and start-ups takes the clock's own factor."""
+    theirs = write_table(_slower(_table(), first=3.0, later=2.0, startup=4.0), tmp_path / "theirs.csv")
+    search = _search(tmp_path, "grid", "grid")
+    out = tmp_path / "sim"
+    argv = ["simulate", str(search), "--curves", str(table_file), "--workers", "1", "--seeds", "1"]
+    assert main([*argv, "--clock-of", str(theirs), "--out", str(out)]) == 0
+    import json
+
+    summary = json.loads((out / "summary.json").read_text())
+    clock = summary["clock"]
+    assert (clock["first_epoch"], clock["later_epochs"]) == (pytest.approx(1 / 3), pytest.approx(1 / 2))
+    assert clock["startup"] == {
+        "slot": pytest.approx(0.25),
+        "cold": pytest.approx(0.25),
+        "warm": pytest.approx(0.25),
+        "search": 1.0,
+    }  # the table records no search fixed cost: its seconds are kept
+    n = len(grid_points(load_config(search, require_space=True).space))
+    expected = 4 * 0.5 + n * (3.0 + 2.0 * (EPOCHS - 1)) + (n - 1) * 4 * 0.25
+    wall = summary["methods"]["grid"]["seeds"]["0"]["wall"]
+    decided = sum(summary["methods_detail"]["grid"]["decision_seconds"])
+    assert expected <= wall <= expected + decided + 1e-6
+    assert "clock of" in (out / "summary.md").read_text()
+
+    # its own clock changes nothing
+    same = tmp_path / "same"
+    assert main([*argv, "--clock-of", str(table_file), "--out", str(same)]) == 0
+    same_summary = json.loads((same / "summary.json").read_text())
+    assert same_summary["clock"]["later_epochs"] == 1.0 and same_summary["clock"]["first_epoch"] == 1.0
+    plain = 0.5 + n * EPOCHS + (n - 1) * 0.25
+    assert plain <= same_summary["methods"]["grid"]["seeds"]["0"]["wall"] <= plain + decided + 1.0
+
+
+def test_a_clock_of_other_models_is_one_error_line_and_nothing_written(
+    tmp_path: Path, table_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import dataclasses
+
+    other = [dataclasses.replace(c, params={**c.params, "norm": "layer"}) for c in _table()]
+    theirs = write_table(other, tmp_path / "theirs.csv")
+    search = _search(tmp_path, "random", "random")
+    before = {p: _sha(p) for p in (theirs, search, table_file)}
+    out = tmp_path / "out"
+    argv = ["simulate", str(search), "--curves", str(table_file), "--workers", "2", "--seeds", "1"]
+    rc = main([*argv, "--clock-of", str(theirs), "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith("distmis: error: --clock-of "), err
+    assert str(theirs) in err[0] and "no trial shares an architecture" in err[0]
+    assert main([*argv, "--clock-of", str(tmp_path / "missing"), "--out", str(out)]) == 2
+    assert "missing" in capsys.readouterr().err
+    assert not out.exists()
+    assert {p: _sha(p) for p in before} == before
+
+
 @pytest.mark.slow
 def test_curves_come_straight_from_a_finished_search(prepared16: Path, tmp_path: Path) -> None:
     """A real pilot search (points, no scheduler): its curves, start-ups and seeds are read back and replayed."""

@@ -1,0 +1,128 @@
+"""A curve table replayed on another clock: the seconds of finished searches on the hardware the simulation is for.
+
+A table's seconds are its recording's: another machine, or the same shared machine on another
+day, runs the same epochs faster or slower. What a simulation says in seconds is only as good as
+that clock. A user with a table recorded elsewhere (the shipped ones were recorded on 2 CPU cores)
+and a short search of their own on their cluster can replay the table on their clock.
+
+The ratios are not one: on the quickstart's real searches of 2026-11-27 the later epochs ran at
+0.65 of the table's speed, the first epoch (which traces the steps) at 0.46 and the start-ups at
+0.49-0.58 (``benchmarks/curve_timing.py``), so each is retimed by its own median ratio. An epoch's
+cost is matched architecture by architecture (:data:`COST_PARAMS`), because a search at another
+depth or batch size says nothing about this one's epochs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from distmis.simulate._curves import Curve, CurveError, cell
+from distmis.simulate._engine import StartupCosts
+
+#: the parameters that set what an epoch costs (the others change what it learns, not its seconds)
+COST_PARAMS = ("filters", "depth", "batch_size_per_replica", "norm")
+#: the engine's start-up costs a clock retimes (``StartupCosts``' fields)
+STARTUP_FIELDS = ("slot", "cold", "warm", "search")
+
+
+def architecture(curve: Curve) -> tuple[str, ...]:
+    """The values of :data:`COST_PARAMS` (empty where the search did not vary one: the same cost throughout)."""
+    return tuple(cell(curve.params.get(name)) for name in COST_PARAMS)
+
+
+def later_epoch_seconds(curve: Curve) -> float | None:
+    """The median epoch after the first (which traces the steps); None for a one-epoch curve."""
+    return statistics.median(curve.epoch_seconds[1:]) if curve.epochs > 1 else None
+
+
+def _median_ratio(table: list[Curve], theirs: list[Curve], seconds: Callable[[Curve], float | None]) -> float | None:
+    """Median over the table's curves of its seconds over their architecture's median seconds in ``theirs``."""
+    by_arch: dict[tuple[str, ...], list[float]] = defaultdict(list)
+    for c in theirs:
+        if (s := seconds(c)) is not None and s > 0:
+            by_arch[architecture(c)].append(s)
+    medians = {k: statistics.median(v) for k, v in by_arch.items()}
+    ratios = [
+        s / medians[architecture(c)]
+        for c in table
+        if architecture(c) in medians and (s := seconds(c)) is not None and s > 0
+    ]
+    return statistics.median(ratios) if ratios else None
+
+
+@dataclass(frozen=True)
+class Clock:
+    """Table / theirs: how much faster (below 1: slower) the table's recording ran than the clock's searches.
+
+    Every second of the table is divided by its ratio to replay it on the other clock.
+    """
+
+    first_epoch: float
+    later_epochs: float
+    startup: dict[str, float]
+    source: str
+
+    @classmethod
+    def between(cls, table: list[Curve], theirs: list[Curve], source: str) -> Clock:
+        """The ratios of ``table`` to ``theirs``.
+
+        Raises:
+            CurveError: no trial of ``theirs`` shares an architecture with the table.
+        """
+        first = _median_ratio(table, theirs, lambda c: c.epoch_seconds[0])
+        if first is None:
+            names = ", ".join(COST_PARAMS)
+            raise CurveError(
+                f"{source}: no trial shares an architecture ({names}) with the curves; "
+                "expected searches of the same models"
+            )
+        later = _median_ratio(table, theirs, later_epoch_seconds)
+        ours, other = StartupCosts.of_curves(table), StartupCosts.of_curves(theirs)
+        startup = {
+            # a cost one side did not record (a table without slot start-ups) keeps its seconds
+            k: getattr(ours, k) / getattr(other, k) if getattr(ours, k) > 0 and getattr(other, k) > 0 else 1.0
+            for k in STARTUP_FIELDS
+        }
+        return cls(first, first if later is None else later, startup, source)
+
+    def retimed(self, curves: list[Curve]) -> list[Curve]:
+        """Copies of ``curves`` with every second on this clock (the values are untouched)."""
+
+        def scaled(value: float | None, field: str) -> float | None:
+            return None if value is None else value / self.startup[field]
+
+        return [
+            dataclasses.replace(
+                c,
+                epoch_seconds=[c.epoch_seconds[0] / self.first_epoch]
+                + [s / self.later_epochs for s in c.epoch_seconds[1:]],
+                startup_seconds=c.startup_seconds / self.startup["warm" if c.warm else "cold"],
+                slot_startup_seconds=scaled(c.slot_startup_seconds, "slot"),
+                search_fixed_seconds=scaled(c.search_fixed_seconds, "search"),
+                values=dict(c.values),
+                params=dict(c.params),
+            )
+            for c in curves
+        ]
+
+    def line(self) -> str:
+        starts = ", ".join(f"{k} {v:.2f}" for k, v in self.startup.items())
+        return (
+            f"clock of {self.source}: the curves' seconds / theirs: first epoch {self.first_epoch:.2f}, "
+            f"later epochs {self.later_epochs:.2f}, start-ups {starts} (each divided out)"
+        )
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "source": self.source,
+            "first_epoch": self.first_epoch,
+            "later_epochs": self.later_epochs,
+            "startup": self.startup,
+        }
+
+
+__all__ = ["COST_PARAMS", "Clock", "architecture", "later_epoch_seconds"]
