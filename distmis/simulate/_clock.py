@@ -5,9 +5,8 @@ day, runs the same epochs faster or slower. What a simulation says in seconds is
 that clock. A user with a table recorded elsewhere (the shipped ones were recorded on 2 CPU cores)
 and a short search of their own on their cluster can replay the table on their clock.
 
-The ratios are not one: on the quickstart's real searches of 2026-11-27 the later epochs ran at
-0.65 of the table's speed, the first epoch (which traces the steps) at 0.46 and the start-ups at
-0.49-0.58 (``benchmarks/curve_timing.py``), so each is retimed by its own median ratio. An epoch's
+The first epoch (which traces the steps), the later epochs and the start-ups do not slow down
+together (docs/simulate.md, "The clock"), so each is retimed by its own median ratio. An epoch's
 cost is matched architecture by architecture (:data:`COST_PARAMS`), because a search at another
 depth or batch size says nothing about this one's epochs.
 """
