@@ -28,11 +28,10 @@ from __future__ import annotations
 import argparse
 import csv
 import statistics
-from collections import defaultdict
 from pathlib import Path
 
 from distmis.schema import RunFile
-from distmis.simulate import COST_PARAMS, Clock, Curve, architecture, curves_of_search, read_curves, write_table
+from distmis.simulate import COST_PARAMS, Clock, curve_ratios, curves_of_search, read_curves, write_table
 from distmis.simulate import later_epoch_seconds as epoch_seconds
 
 
@@ -78,26 +77,16 @@ def main() -> None:
         again(a.table, a.again, a.metric)
         return
 
-    real: dict[tuple[str, ...], list[float]] = defaultdict(list)
-    real_curves: list[Curve] = []
-    for run in a.real:
-        for curve in curves_of_search(run)[0].curves:
-            real_curves.append(curve)
-            if (s := epoch_seconds(curve)) is not None:
-                real[architecture(curve)].append(s)
-    real_median = {k: statistics.median(v) for k, v in real.items()}
+    real_curves = [curve for run in a.real for curve in curves_of_search(run)[0].curves]
     table = read_curves([a.table])
-    ratios: list[tuple[int, float]] = []
-    for i, curve in enumerate(table.curves):
-        s = epoch_seconds(curve)
-        if s is not None and architecture(curve) in real_median:
-            ratios.append((i, s / real_median[architecture(curve)]))
+    ratios = curve_ratios(table.curves, real_curves, epoch_seconds)
     if not ratios:
         raise SystemExit("no architecture of the table is among the real searches' trials")
-    overall = statistics.median(r for _, r in ratios)
+    clock = Clock.between(table.curves, real_curves, f"{len(a.real)} searches")
+    overall = clock.later_epochs
     print(
         f"{a.table}: {len(ratios)} of {len(table.curves)} curves share an architecture ({', '.join(COST_PARAMS)}) "
-        f"with {sum(map(len, real.values()))} real trials in {len(a.real)} searches"
+        f"with {sum(epoch_seconds(c) is not None for c in real_curves)} real trials in {len(a.real)} searches"
     )
     print(f"epoch seconds, table / real: median {overall:.3f}\n\n| table's curves | curves | median table / real |")
     print("|---|---|---|")
@@ -107,7 +96,6 @@ def main() -> None:
             print(
                 f"| {start + 1}-{min(start + a.block, len(table.curves))} | {len(block)} | {statistics.median(block):.3f} |"
             )
-    clock = Clock.between(table.curves, real_curves, f"{len(a.real)} searches")
     print(clock.line())
     if a.write:
         print(f"\n{write_table(clock.retimed(table.curves), Path(a.write))}: {clock.line()}")

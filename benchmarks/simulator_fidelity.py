@@ -38,13 +38,13 @@ from search_efficiency import TARGETS, read_search, search_doc
 from distmis.config import ExperimentConfig
 from distmis.files import write_text_atomic
 from distmis.simulate import (
-    Clock,
     CurveTable,
     NearestCurves,
     StartupCosts,
     analyse,
     finite_json,
     fmt_stat,
+    on_clock,
     read_curves,
     simulate_search,
     typed_for,
@@ -66,24 +66,9 @@ def real_runs(root: Path, methods: list[str], metric: str, mode: str) -> dict[st
 
 
 def simulated_runs(
-    base: dict[str, Any],
-    curves: list[str],
-    methods: list[str],
-    seeds: int,
-    samples: int,
-    task: str,
-    clock_of: list[str] | None = None,
+    base: dict[str, Any], table: CurveTable, methods: list[str], seeds: int, samples: int, task: str
 ) -> tuple[dict[str, dict[int, dict]], dict[str, Any], dict[str, NearestCurves]]:
-    """Every method's simulated runs, its notes, and its fitted surrogate (for :func:`surrogate_on_real_runs`).
-
-    ``clock_of``: replay the curves on these searches' clock, as ``distmis simulate --clock-of`` does.
-    """
-    table = read_curves(curves)
-    clock = None
-    if clock_of:
-        clock = Clock.between(table.curves, read_curves(clock_of).curves, f"{len(clock_of)} searches")
-        print(f"  {clock.line()}", flush=True)
-        table = CurveTable(clock.retimed(table.curves), table.source)
+    """Every method's simulated runs, its notes, and its fitted surrogate (for :func:`surrogate_on_real_runs`)."""
     runs: dict[str, dict[int, dict]] = {m: {} for m in methods}
     notes: dict[str, Any] = {}
     surrogates: dict[str, NearestCurves] = {}
@@ -98,8 +83,6 @@ def simulated_runs(
             "costs": costs.__dict__,
             "leave_one_out": loo.__dict__,
             "loo_line": loo.line(first.search.metric),
-            "clock": clock.as_dict() if clock else None,
-            "clock_line": clock.line() if clock else None,
         }
         for seed in range(seeds):
             config = ExperimentConfig.model_validate(search_doc(method, seed, base, "synthetic", samples, None, task))
@@ -268,14 +251,15 @@ def main() -> None:
     root = Path(a.real or REPO / "runs" / f"bench-search-{a.task}")
     methods = [m.strip() for m in a.methods.split(",") if m.strip()]
     real = analyse(real_runs(root, methods, metric, mode), target, sign, horizon_from="grid")
-    sim_runs, notes, surrogates = simulated_runs(base, a.curves, methods, a.sim_seeds, a.samples, a.task, a.clock_of)
+    table, clock = on_clock(read_curves(a.curves), a.clock_of)
+    sim_runs, notes, surrogates = simulated_runs(base, table, methods, a.sim_seeds, a.samples, a.task)
     # the simulated runs read at the real runs' horizon: fractions of the real grid's wall time
     sim = analyse(sim_runs, target, sign, horizon=(real["horizon_seconds"], real["horizon"]))
     held_out = surrogate_on_real_runs(surrogates, root, metric, mode)
     noise = {m: criterion_noise(_times(real, m), _times(sim, m)) for m in methods}
     text = (
         compare(real, sim, noise)
-        + (f"\n\n{notes[methods[0]]['clock_line']}" if a.clock_of else "")
+        + (f"\n\n{clock.line()}" if clock else "")
         + "\n\nthe surrogate on the real runs' own configurations (best value per trial):\n"
         + "\n".join(
             f"- {m}: {h['trials']} trials, mean absolute error {h['mae']:.4f}, mean real {h['mean_real']:.4f} / "
@@ -296,7 +280,7 @@ def main() -> None:
                     "simulation": notes,
                     "surrogate": held_out,
                     "curves": a.curves,
-                    "clock_of": a.clock_of,
+                    "clock": clock.as_dict() if clock else None,
                 }
             ),
             indent=1,

@@ -1,6 +1,6 @@
 """Searches simulated on a virtual clock: recorded learning curves replayed through distmis's own searcher and scheduler."""
 
-from distmis.simulate._clock import COST_PARAMS, Clock, architecture, later_epoch_seconds
+from distmis.simulate._clock import COST_PARAMS, Clock, architecture, curve_ratios, later_epoch_seconds, on_clock
 from distmis.simulate._curves import Curve, CurveError, CurveTable, read_table, typed_for, write_table
 from distmis.simulate._engine import SearchRun, StartupCosts, simulate_search
 from distmis.simulate._from_search import curves_of_search, read_curves
@@ -20,10 +20,12 @@ __all__ = [
     "StartupCosts",
     "analyse",
     "architecture",
+    "curve_ratios",
     "curves_of_search",
     "finite_json",
     "fmt_stat",
     "later_epoch_seconds",
+    "on_clock",
     "plot",
     "quartiles",
     "read_curves",

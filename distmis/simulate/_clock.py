@@ -18,9 +18,11 @@ import statistics
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
-from distmis.simulate._curves import Curve, CurveError, cell
+from distmis.simulate._curves import Curve, CurveError, CurveTable, cell
 from distmis.simulate._engine import StartupCosts
+from distmis.simulate._from_search import read_curves
 
 #: the parameters that set what an epoch costs (the others change what it learns, not its seconds)
 COST_PARAMS = ("filters", "depth", "batch_size_per_replica", "norm")
@@ -38,18 +40,25 @@ def later_epoch_seconds(curve: Curve) -> float | None:
     return statistics.median(curve.epoch_seconds[1:]) if curve.epochs > 1 else None
 
 
-def _median_ratio(table: list[Curve], theirs: list[Curve], seconds: Callable[[Curve], float | None]) -> float | None:
-    """Median over the table's curves of its seconds over their architecture's median seconds in ``theirs``."""
+def curve_ratios(
+    table: list[Curve], theirs: list[Curve], seconds: Callable[[Curve], float | None]
+) -> list[tuple[int, float]]:
+    """(index, ratio) for each of the table's curves whose architecture ``theirs`` holds: its
+    seconds over that architecture's median seconds in ``theirs``."""
     by_arch: dict[tuple[str, ...], list[float]] = defaultdict(list)
     for c in theirs:
         if (s := seconds(c)) is not None and s > 0:
             by_arch[architecture(c)].append(s)
     medians = {k: statistics.median(v) for k, v in by_arch.items()}
-    ratios = [
-        s / medians[architecture(c)]
-        for c in table
+    return [
+        (i, s / medians[architecture(c)])
+        for i, c in enumerate(table)
         if architecture(c) in medians and (s := seconds(c)) is not None and s > 0
     ]
+
+
+def _median_ratio(table: list[Curve], theirs: list[Curve], seconds: Callable[[Curve], float | None]) -> float | None:
+    ratios = [r for _, r in curve_ratios(table, theirs, seconds)]
     return statistics.median(ratios) if ratios else None
 
 
@@ -116,12 +125,23 @@ class Clock:
         )
 
     def as_dict(self) -> dict[str, object]:
-        return {
-            "source": self.source,
-            "first_epoch": self.first_epoch,
-            "later_epochs": self.later_epochs,
-            "startup": self.startup,
-        }
+        return dataclasses.asdict(self)
 
 
-__all__ = ["COST_PARAMS", "Clock", "architecture", "later_epoch_seconds"]
+def on_clock(table: CurveTable, clock_of: list[Path] | None) -> tuple[CurveTable, Clock | None]:
+    """``table`` on the clock of the searches or tables ``clock_of`` (as recorded without it), and that clock.
+
+    Raises:
+        CurveError: ``clock_of`` is not curves, or shares no architecture with the table.
+    """
+    if not clock_of:
+        return table, None
+    try:
+        theirs = read_curves(list(clock_of))
+        clock = Clock.between(table.curves, theirs.curves, theirs.source)
+    except CurveError as e:
+        raise CurveError(f"--clock-of {e}") from None
+    return CurveTable(clock.retimed(table.curves), table.source), clock
+
+
+__all__ = ["COST_PARAMS", "Clock", "architecture", "curve_ratios", "later_epoch_seconds", "on_clock"]

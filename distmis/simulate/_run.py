@@ -17,7 +17,7 @@ from typing import Any
 from distmis.config import ExperimentConfig, load_config
 from distmis.files import OutputClaim, check_output, write_text_atomic
 from distmis.schema import RunFile
-from distmis.simulate._clock import Clock
+from distmis.simulate._clock import on_clock
 from distmis.simulate._curves import CurveError, CurveTable, typed_for
 from distmis.simulate._engine import SearchRun, StartupCosts, simulate_search
 from distmis.simulate._from_search import read_curves
@@ -89,7 +89,7 @@ def run_simulation(
         raise CurveError("--workers, --seeds and --samples must be at least 1")
     inputs = _labelled("search file", search_files) | _labelled("curves", curves) | _labelled("clock", clock_of or [])
     out = check_output(out, option="--out", inputs=inputs)
-    table, clock = _on_clock(read_curves(list(curves)), clock_of)
+    table, clock = on_clock(read_curves(list(curves)), clock_of)
     methods = [method_of(p, table, workers=workers, samples=samples) for p in search_files]
     names = [m.name for m in methods]
     if len(set(names)) != len(names):
@@ -142,22 +142,6 @@ def run_simulation(
     print(text)
     print(f"\n{out / 'summary.md'}, {out / RunFile.SUMMARY}, {out / 'best_so_far.png'}", flush=True)
     return summary
-
-
-def _on_clock(table: CurveTable, clock_of: list[Path] | None) -> tuple[CurveTable, Clock | None]:
-    """The curves on the clock of ``clock_of`` (as recorded without it), and that clock.
-
-    Raises:
-        CurveError: ``clock_of`` is not curves, or shares no architecture with the table.
-    """
-    if not clock_of:
-        return table, None
-    try:
-        theirs = read_curves(list(clock_of))
-        clock = Clock.between(table.curves, theirs.curves, theirs.source)
-    except CurveError as e:
-        raise CurveError(f"--clock-of {e}") from None
-    return CurveTable(clock.retimed(table.curves), table.source), clock
 
 
 def _simulate_all(
