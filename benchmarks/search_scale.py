@@ -54,7 +54,6 @@ from typing import Any
 import optuna
 import yaml
 from benchlib import REPO, TASK_FILES
-from curve_timing import architecture
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from record_curves import ANATOMY32_SPACE
@@ -71,6 +70,7 @@ from distmis.simulate import (
     SearchRun,
     StartupCosts,
     analyse,
+    architecture,
     finite_json,
     fmt_stat,
     plot,

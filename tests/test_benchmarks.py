@@ -1,0 +1,66 @@
+"""The benchmark scripts start, and the options the README and the docs give them are theirs.
+
+The benchmarks are scripts, not a package: nothing imports them, so a name one of them imports from
+another can go missing without any other test noticing. A figure in the docs is only reproducible
+while the command written beside it still runs.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = sorted(p for p in (REPO / "benchmarks").glob("*.py") if p.name != "benchlib.py")
+COMMAND = re.compile(r"python benchmarks/(?P<script>[a-z_]+\.py)(?P<args>[^\n`|]*)")
+
+
+@cache
+def _help(script: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / script), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
+
+
+@pytest.mark.parametrize("script", [p.name for p in SCRIPTS])
+def test_every_benchmark_script_starts(script: str) -> None:
+    done = _help(script)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "usage:" in done.stdout
+
+
+def _documented() -> list[tuple[str, str, str]]:
+    """(page, script, arguments) of each ``python benchmarks/...`` command in the README and the docs,
+    with a backslash-continued command joined onto one line."""
+    found = []
+    for page in [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]:
+        text = re.sub(r"\\\n\s*", " ", page.read_text(encoding="utf-8"))
+        for match in COMMAND.finditer(text):
+            found.append((page.relative_to(REPO).as_posix(), match["script"], match["args"]))
+    return found
+
+
+def test_every_documented_benchmark_option_is_one_the_script_takes() -> None:
+    documented = _documented()
+    assert len(documented) > 20  # the docs' commands were found
+    bad = []
+    for page, script, args in documented:
+        if not (REPO / "benchmarks" / script).is_file():
+            bad.append(f"{page}: benchmarks/{script}: no such script")
+            continue
+        known = set(re.findall(r"--[a-z][a-z0-9-]*", _help(script).stdout))
+        bad += [
+            f"{page}: benchmarks/{script} {option}"
+            for option in re.findall(r"(?<!\S)--[a-z][a-z0-9-]*", args)
+            if option not in known
+        ]
+    assert bad == []
