@@ -135,9 +135,15 @@ def surrogate_on_real_runs(
     return found
 
 
-def _times(table: dict[str, Any], method: str) -> np.ndarray:
-    """Each seed's time to target, infinite where it never got there."""
-    return np.array([s["time_to_target"] for s in table["methods"][method]["seeds"].values()], dtype=float)
+def _times(table: dict[str, Any], method: str, seeds: list[Any] | None = None) -> np.ndarray:
+    """Each seed's time to target (of ``seeds``, where given), infinite where it never got there."""
+    by_seed = table["methods"][method]["seeds"]
+    return np.array([by_seed[s]["time_to_target"] for s in (by_seed if seeds is None else seeds)], dtype=float)
+
+
+def _ratio(real: float, sim: float) -> float:
+    """sim / real of two medians, NaN where either is "never" (or the real one is 0)."""
+    return sim / real if math.isfinite(real) and math.isfinite(sim) and real > 0 else math.nan
 
 
 def _agrees(r: float, s: float) -> bool:
@@ -202,12 +208,9 @@ def paired_medians(real: dict[str, Any], sim: dict[str, Any], method: str) -> tu
     training seed), so this compares the simulator on the very configurations the real runs drew:
     what is left is the simulator's error, not which configurations a few seeds happened to draw."""
     seeds = [s for s in real["methods"][method]["seeds"] if s in sim["methods"][method]["seeds"]]
-
-    def median(table: dict[str, Any]) -> float:
-        times = [table["methods"][method]["seeds"][s]["time_to_target"] for s in seeds]
-        return float(np.median([math.inf if t is None else t for t in times])) if times else math.nan
-
-    return median(real), median(sim)
+    if not seeds:
+        return math.nan, math.nan
+    return float(np.median(_times(real, method, seeds))), float(np.median(_times(sim, method, seeds)))
 
 
 def compare(real: dict[str, Any], sim: dict[str, Any], noise: dict[str, dict[str, float]]) -> str:
@@ -226,7 +229,7 @@ def compare(real: dict[str, Any], sim: dict[str, Any], noise: dict[str, dict[str
     for m in real["methods"]:
         r, s = real["methods"][m]["summary"], sim["methods"][m]["summary"]
         rt, st = r["time_to_target"]["median"], s["time_to_target"]["median"]
-        ratio = st / rt if math.isfinite(rt) and math.isfinite(st) and rt > 0 else math.nan
+        ratio = _ratio(rt, st)
         lines.append(
             f"| {m} | {r['reached']}/{len(real['methods'][m]['seeds'])} / {s['reached']}/{len(sim['methods'][m]['seeds'])} "
             f"| {stat(real, m, 'time_to_target', 1)} | {stat(sim, m, 'time_to_target', 1)} | {ratio:.2f} "
@@ -240,8 +243,10 @@ def compare(real: dict[str, Any], sim: dict[str, Any], noise: dict[str, dict[str
     ]
     for m in real["methods"]:
         rt, st = paired_medians(real, sim, m)
-        ratio = f"{st / rt:.2f}" if math.isfinite(rt) and math.isfinite(st) and rt > 0 else "-"
-        lines.append(f"- {m}: simulated {st:.1f} s / real {rt:.1f} s = {ratio}")
+        paired = _ratio(rt, st)
+        lines.append(
+            f"- {m}: simulated {st:.1f} s / real {rt:.1f} s = {'-' if math.isnan(paired) else f'{paired:.2f}'}"
+        )
     lines += [
         "",
         f"ranking, real: {' < '.join(_rank(real))}; simulated: {' < '.join(_rank(sim))}",
