@@ -17,6 +17,9 @@ method, and the methods in the same order.
     # the anatomy task: its grid's points are not in the table (the surrogate answers them) ...
     python benchmarks/search_efficiency.py --task anatomy32 --seeds 3 --samples 24 --methods grid,random,default
     python benchmarks/simulator_fidelity.py --task anatomy32 --samples 24 --curves benchmarks/curves/anatomy32.csv.gz
+    # the engine alone: each real run (that trained every trial to the end) replayed on its own curves and seconds
+    python benchmarks/simulator_fidelity.py --task anatomy32 --samples 24 --own-curves \
+        --curves benchmarks/curves/anatomy32.csv.gz benchmarks/curves/anatomy32-grid.csv.gz
     # ... and with the real grid runs' own curves added (the engine's timing without the surrogate's error)
     python benchmarks/simulator_fidelity.py --task anatomy32 --samples 24 --name fidelity-with-grid-curves \
         --curves benchmarks/curves/anatomy32.csv.gz runs/bench-search-anatomy32/runs/grid-s*
@@ -38,6 +41,7 @@ from search_efficiency import TARGETS, read_search, search_doc
 from distmis.config import ExperimentConfig
 from distmis.files import write_text_atomic
 from distmis.simulate import (
+    CurveError,
     CurveTable,
     NearestCurves,
     StartupCosts,
@@ -47,6 +51,7 @@ from distmis.simulate import (
     on_clock,
     read_curves,
     simulate_search,
+    time_to,
     typed_for,
 )
 
@@ -101,7 +106,9 @@ def surrogate_on_real_runs(
     trials, mean absolute error of the best value, mean real and predicted best, Spearman rank
     correlation, and what a search keeps of them: how many trials reach ``target``, and the median
     over runs of the best trial, real and predicted (a surrogate can be right on average and still
-    be optimistic in the best of many)."""
+    be optimistic in the best of many). The counts are also split by whether the replayed curve
+    has the run's training seed: one seed moves every configuration of a search together, and a
+    seed the table lacks is answered with another seed's curve."""
     from scipy.stats import spearmanr
 
     from distmis.simulate import curves_of_search
@@ -109,30 +116,99 @@ def surrogate_on_real_runs(
     found: dict[str, dict[str, float]] = {}
     for method, surrogate in surrogates.items():
         best = max if mode == "max" else min
+        sign = 1.0 if mode == "max" else -1.0
         pairs, per_run = [], []
+        reached = {"own": [0, 0], "other": [0, 0]}  # [real, predicted], by whether the run's seed is replayed
         for run in sorted((root / "runs").glob(f"{method.replace('+', '_')}-s*")):
             seed = int(run.name.rsplit("-s", 1)[1])
             pairs_of_run = []
             for c in curves_of_search(run)[0].curves:
                 predicted = surrogate.curve(c.params, np.random.default_rng(seed), training_seed=seed)
                 trained = len(c.values[metric])  # a trial ASHA stopped is compared over the epochs it trained
-                pairs_of_run.append((best(c.values[metric]), best(predicted.values[metric][:trained])))
+                pair = (best(c.values[metric]), best(predicted.values[metric][:trained]))
+                pairs_of_run.append(pair)
+                group = reached["own" if predicted.training_seed == seed else "other"]
+                for i, value in enumerate(pair):
+                    group[i] += int(sign * value >= sign * target)
             pairs += pairs_of_run
             per_run.append([best(column) for column in zip(*pairs_of_run, strict=True)])
         real, pred = np.array(pairs).T
-        sign = 1.0 if mode == "max" else -1.0
         found[method] = {
             "trials": len(pairs),
             "mae": float(np.mean(np.abs(real - pred))),
             "mean_real": float(real.mean()),
             "mean_predicted": float(pred.mean()),
             "spearman": float(spearmanr(real, pred).statistic),
-            "reached_real": int(np.sum(sign * real >= sign * target)),
-            "reached_predicted": int(np.sum(sign * pred >= sign * target)),
+            "reached_real": reached["own"][0] + reached["other"][0],
+            "reached_predicted": reached["own"][1] + reached["other"][1],
             "best_of_run_real": float(np.median([r for r, _ in per_run])),
             "best_of_run_predicted": float(np.median([p for _, p in per_run])),
+            "reached_real_own_seed": reached["own"][0],
+            "reached_predicted_own_seed": reached["own"][1],
+            "reached_real_other_seed": reached["other"][0],
+            "reached_predicted_other_seed": reached["other"][1],
         }
     return found
+
+
+def own_replays(
+    base: dict[str, Any], real: dict[str, Any], root: Path, methods: list[str], samples: int, task: str, sign: float
+) -> dict[str, list[dict[str, float]]]:
+    """The engine alone: each real run replayed on its own curves and seconds, with its own search
+    document and training seed, so that no other day's clock and no surrogate enters. Per run:
+    simulated / real time to target and wall. Runs whose scheduler stopped trials are left out:
+    a truncated curve cannot go on."""
+    found: dict[str, list[dict[str, float]]] = {}
+    for method in methods:
+        found[method] = []
+        for seed, measured in sorted(real["methods"][method]["seeds"].items(), key=lambda kv: int(kv[0])):
+            config = ExperimentConfig.model_validate(
+                search_doc(method, int(seed), base, "synthetic", samples, None, task)
+            )
+            try:
+                typed = typed_for(
+                    read_curves([root / "runs" / f"{method.replace('+', '_')}-s{seed}"]),
+                    config.space,
+                    metric=config.search.metric,
+                    epochs=config.train.epochs,
+                )
+            except CurveError:
+                continue
+            surrogate = NearestCurves(typed, config.space, metric=config.search.metric, mode=config.search.mode)
+            run = simulate_search(
+                config,
+                surrogate,
+                workers=2,
+                costs=StartupCosts.of_curves(typed.curves),
+                seed=int(seed),
+                match_training_seed=True,
+            )
+            real_time = math.inf if measured["time_to_target"] is None else measured["time_to_target"]
+            found[method].append(
+                {
+                    "seed": int(seed),
+                    "time_to_target_ratio": _ratio(real_time, time_to(run.events, sign * real["target"])),
+                    "wall_ratio": _ratio(measured["wall"], run.wall),
+                }
+            )
+    return found
+
+
+def _own_lines(own: dict[str, list[dict[str, float]]]) -> str:
+    def span(values: list[float]) -> str:
+        finite = [v for v in values if math.isfinite(v)]
+        return f"{min(finite):.2f}–{max(finite):.2f}" if finite else "-"
+
+    lines = ["the engine alone, each real run replayed on its own curves and seconds (simulated / real):"]
+    for method, runs in own.items():
+        if runs:
+            lines.append(
+                f"- {method}: {len(runs)} runs; time to target {span([r['time_to_target_ratio'] for r in runs])}, "
+                f"wall {span([r['wall_ratio'] for r in runs])}"
+            )
+        else:
+            lines.append(f"- {method}: no run trained every trial to the end")
+    return "\n".join(lines)
 
 
 def _times(table: dict[str, Any], method: str, seeds: list[Any] | None = None) -> np.ndarray:
@@ -280,6 +356,11 @@ def main() -> None:
     p.add_argument("--samples", type=int, default=32)
     p.add_argument("--target", type=float, default=None)
     p.add_argument("--name", default="fidelity", help="the output files' name: NAME.md, NAME.json in --real")
+    p.add_argument(
+        "--own-curves",
+        action="store_true",
+        help="also replay each real run on its own curves and seconds: the engine's error alone",
+    )
     a = p.parse_args()
 
     base = yaml.safe_load(TASK_FILES[a.task].read_text())
@@ -295,14 +376,19 @@ def main() -> None:
     sim = analyse(sim_runs, target, sign, horizon=(real["horizon_seconds"], real["horizon"]))
     held_out = surrogate_on_real_runs(surrogates, root, metric, mode, target)
     noise = {m: criterion_noise(_times(real, m), _times(sim, m)) for m in methods}
+    own = own_replays(base, real, root, methods, a.samples, a.task, sign) if a.own_curves else None
     text = (
         compare(real, sim, noise)
         + (f"\n\n{clock.line()}" if clock else "")
+        + (f"\n\n{_own_lines(own)}" if own is not None else "")
         + "\n\nthe surrogate on the real runs' own configurations (best value per trial):\n"
         + "\n".join(
             f"- {m}: {h['trials']} trials, mean absolute error {h['mae']:.4f}, mean real {h['mean_real']:.4f} / "
             f"predicted {h['mean_predicted']:.4f}, rank correlation {h['spearman']:.2f}; reach {target:g}: "
-            f"{h['reached_real']} real / {h['reached_predicted']} predicted; best of a run, median: "
+            f"{h['reached_real']} real / {h['reached_predicted']} predicted (trials replayed with their run's "
+            f"training seed: {h['reached_real_own_seed']} / "
+            f"{h['reached_predicted_own_seed']}; the others: {h['reached_real_other_seed']} / "
+            f"{h['reached_predicted_other_seed']}); best of a run, median: "
             f"{h['best_of_run_real']:.4f} real / {h['best_of_run_predicted']:.4f} predicted"
             for m, h in held_out.items()
         )
@@ -321,6 +407,7 @@ def main() -> None:
                     "surrogate": held_out,
                     "curves": a.curves,
                     "clock": clock.as_dict() if clock else None,
+                    "own_curves": own,
                 }
             ),
             indent=1,
