@@ -146,6 +146,21 @@ def search_doc(
     return doc
 
 
+def _run_prefix(method: str) -> str:
+    return f"{method.replace('+', '_')}-s"
+
+
+def run_dir(root: Path, method: str, seed: int) -> Path:
+    """Where the real run of ``method`` with ``seed`` is kept under ``--out``: the one place that names it."""
+    return root / "runs" / f"{_run_prefix(method)}{seed}"
+
+
+def run_dirs(root: Path, method: str) -> dict[int, Path]:
+    """Every run of ``method`` kept under ``root``, finished or not, by seed in seed order."""
+    prefix = _run_prefix(method)
+    return dict(sorted((int(d.name[len(prefix) :]), d) for d in (root / "runs").glob(f"{prefix}*")))
+
+
 def run_one(
     method: str,
     seed: int,
@@ -156,7 +171,7 @@ def run_one(
     epochs: int | None,
     task: str,
 ) -> Path:
-    out = root / "runs" / f"{method.replace('+', '_')}-s{seed}"
+    out = run_dir(root, method, seed)
     if (out / "results.csv").is_file():
         return out
     run_tune(search_doc(method, seed, base, str(prepared), samples, epochs, task), root, out)

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import yaml
 from benchlib import REPO, TASK_FILES
-from search_efficiency import TARGETS, read_search, search_doc
+from search_efficiency import TARGETS, read_search, run_dir, run_dirs, search_doc
 
 from distmis.config import ExperimentConfig
 from distmis.files import write_text_atomic
@@ -61,9 +61,10 @@ METHODS = ("grid", "random", "default")
 def real_runs(root: Path, methods: list[str], metric: str, mode: str) -> dict[str, dict[int, dict]]:
     runs: dict[str, dict[int, dict]] = {}
     for method in methods:
-        found = sorted((root / "runs").glob(f"{method.replace('+', '_')}-s*"))
         runs[method] = {
-            int(d.name.rsplit("-s", 1)[1]): read_search(d, metric, mode) for d in found if (d / "results.csv").is_file()
+            seed: read_search(d, metric, mode)
+            for seed, d in run_dirs(root, method).items()
+            if (d / "results.csv").is_file()
         }
         if not runs[method]:
             raise SystemExit(f"{root}: no finished real run of {method}; run search_efficiency.py first")
@@ -119,8 +120,7 @@ def surrogate_on_real_runs(
         sign = 1.0 if mode == "max" else -1.0
         pairs, per_run = [], []
         reached = {"own": [0, 0], "other": [0, 0]}  # [real, predicted], by whether the run's seed is replayed
-        for run in sorted((root / "runs").glob(f"{method.replace('+', '_')}-s*")):
-            seed = int(run.name.rsplit("-s", 1)[1])
+        for seed, run in run_dirs(root, method).items():
             pairs_of_run = []
             for c in curves_of_search(run)[0].curves:
                 predicted = surrogate.curve(c.params, np.random.default_rng(seed), training_seed=seed)
@@ -161,13 +161,11 @@ def own_replays(
     found: dict[str, list[dict[str, float]]] = {}
     for method in methods:
         found[method] = []
-        for seed, measured in sorted(real["methods"][method]["seeds"].items(), key=lambda kv: int(kv[0])):
-            config = ExperimentConfig.model_validate(
-                search_doc(method, int(seed), base, "synthetic", samples, None, task)
-            )
+        for seed, measured in real["methods"][method]["seeds"].items():
+            config = ExperimentConfig.model_validate(search_doc(method, seed, base, "synthetic", samples, None, task))
             try:
                 typed = typed_for(
-                    read_curves([root / "runs" / f"{method.replace('+', '_')}-s{seed}"]),
+                    read_curves([run_dir(root, method, seed)]),
                     config.space,
                     metric=config.search.metric,
                     epochs=config.train.epochs,
@@ -180,14 +178,15 @@ def own_replays(
                 surrogate,
                 workers=2,
                 costs=StartupCosts.of_curves(typed.curves),
-                seed=int(seed),
+                seed=seed,
                 match_training_seed=True,
             )
-            real_time = math.inf if measured["time_to_target"] is None else measured["time_to_target"]
             found[method].append(
                 {
-                    "seed": int(seed),
-                    "time_to_target_ratio": _ratio(real_time, time_to(run.events, sign * real["target"])),
+                    "seed": seed,
+                    "time_to_target_ratio": _ratio(
+                        measured["time_to_target"], time_to(run.events, sign * real["target"])
+                    ),
                     "wall_ratio": _ratio(measured["wall"], run.wall),
                 }
             )
