@@ -46,6 +46,7 @@ from typing import Any
 import yaml
 from benchlib import REPO, TASK_FILES, prepare_task, run_tune
 
+from distmis.schema import RunFile
 from distmis.simulate import analyse, finite_json, plot, table_text
 
 #: the default target of the search metric per task
@@ -155,10 +156,22 @@ def run_dir(root: Path, method: str, seed: int) -> Path:
     return root / "runs" / f"{_run_prefix(method)}{seed}"
 
 
-def run_dirs(root: Path, method: str) -> dict[int, Path]:
-    """Every run of ``method`` kept under ``root``, finished or not, by seed in seed order."""
+def finished_run(out: Path) -> bool:
+    """Whether the search in ``out`` finished: ``distmis tune`` writes its summary after its results."""
+    return (out / RunFile.SUMMARY).is_file()
+
+
+def run_dirs(root: Path, method: str, *, finished: bool = False) -> dict[int, Path]:
+    """Every run of ``method`` kept under ``root`` by seed in seed order; with ``finished``, only
+    those that :func:`finished_run` (a run still going, or killed, is not)."""
     prefix = _run_prefix(method)
-    return dict(sorted((int(d.name[len(prefix) :]), d) for d in (root / "runs").glob(f"{prefix}*")))
+    return dict(
+        sorted(
+            (int(d.name[len(prefix) :]), d)
+            for d in (root / "runs").glob(f"{prefix}*")
+            if not finished or finished_run(d)
+        )
+    )
 
 
 def run_one(
@@ -172,7 +185,7 @@ def run_one(
     task: str,
 ) -> Path:
     out = run_dir(root, method, seed)
-    if (out / "results.csv").is_file():
+    if finished_run(out):
         return out
     run_tune(search_doc(method, seed, base, str(prepared), samples, epochs, task), root, out)
     return out
@@ -181,7 +194,7 @@ def run_one(
 # --------------------------------------------------------------------------- what one search did
 def read_search(out: Path, metric: str, mode: str) -> dict[str, Any]:
     """Every epoch of every trial, as (end time, value), and each trial's interval, from the run's files."""
-    rows = list(csv.DictReader(open(out / "results.csv")))
+    rows = list(csv.DictReader(open(out / RunFile.RESULTS)))
     trials = []
     for row in rows:
         path = out / "trials" / row["trial_id"] / "metrics.csv"

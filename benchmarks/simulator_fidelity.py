@@ -61,11 +61,7 @@ METHODS = ("grid", "random", "default")
 def real_runs(root: Path, methods: list[str], metric: str, mode: str) -> dict[str, dict[int, dict]]:
     runs: dict[str, dict[int, dict]] = {}
     for method in methods:
-        runs[method] = {
-            seed: read_search(d, metric, mode)
-            for seed, d in run_dirs(root, method).items()
-            if (d / "results.csv").is_file()
-        }
+        runs[method] = {seed: read_search(d, metric, mode) for seed, d in run_dirs(root, method, finished=True).items()}
         if not runs[method]:
             raise SystemExit(f"{root}: no finished real run of {method}; run search_efficiency.py first")
     return runs
@@ -120,7 +116,7 @@ def surrogate_on_real_runs(
         sign = 1.0 if mode == "max" else -1.0
         pairs, per_run = [], []
         reached = {"own": [0, 0], "other": [0, 0]}  # [real, predicted], by whether the run's seed is replayed
-        for seed, run in run_dirs(root, method).items():
+        for seed, run in run_dirs(root, method, finished=True).items():
             pairs_of_run = []
             for c in curves_of_search(run)[0].curves:
                 predicted = surrogate.curve(c.params, np.random.default_rng(seed), training_seed=seed)
@@ -173,11 +169,12 @@ def own_replays(
             except CurveError:
                 continue
             surrogate = NearestCurves(typed, config.space, metric=config.search.metric, mode=config.search.mode)
+            costs = StartupCosts.of_curves(typed.curves)
             run = simulate_search(
                 config,
                 surrogate,
                 workers=2,
-                costs=StartupCosts.of_curves(typed.curves),
+                costs=costs,
                 seed=seed,
                 match_training_seed=True,
             )
@@ -188,6 +185,7 @@ def own_replays(
                         measured["time_to_target"], time_to(run.events, sign * real["target"])
                     ),
                     "wall_ratio": _ratio(measured["wall"], run.wall),
+                    "report_seconds": costs.report,
                 }
             )
     return found
@@ -203,7 +201,8 @@ def _own_lines(own: dict[str, list[dict[str, float]]]) -> str:
         if runs:
             lines.append(
                 f"- {method}: {len(runs)} runs; time to target {span([r['time_to_target_ratio'] for r in runs])}, "
-                f"wall {span([r['wall_ratio'] for r in runs])}"
+                f"wall {span([r['wall_ratio'] for r in runs])}; between two epochs "
+                f"{span([r['report_seconds'] for r in runs])} s (each run's median)"
             )
         else:
             lines.append(f"- {method}: no run trained every trial to the end")

@@ -41,7 +41,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="finished search director(ies) or curve table(s) on the hardware to simulate: the curves' first "
         "epochs, later epochs and start-ups are each divided by their median ratio to these (epochs matched "
-        "by architecture: filters, depth, batch size, norm); default: the curves' own seconds",
+        "by architecture: filters, depth, batch size, norm), and the seconds a trial reports between two "
+        "epochs are theirs; default: the curves' own seconds",
     )
     p.add_argument("--out", default=None, help="output directory (default runs/simulate-<first file's name>)")
 

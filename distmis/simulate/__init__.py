@@ -3,7 +3,7 @@
 from distmis.simulate._clock import COST_PARAMS, Clock, architecture, curve_ratios, later_epoch_seconds, on_clock
 from distmis.simulate._curves import Curve, CurveError, CurveTable, read_table, typed_for, write_table
 from distmis.simulate._engine import SearchRun, StartupCosts, simulate_search
-from distmis.simulate._from_search import curves_of_search, read_curves
+from distmis.simulate._from_search import curves_of_search, read_curves, report_seconds
 from distmis.simulate._report import analyse, finite_json, fmt_stat, plot, quartiles, table_text, time_to
 from distmis.simulate._run import run_simulation
 from distmis.simulate._surrogate import LeaveOneOut, NearestCurves
@@ -30,6 +30,7 @@ __all__ = [
     "quartiles",
     "read_curves",
     "read_table",
+    "report_seconds",
     "run_simulation",
     "simulate_search",
     "table_text",

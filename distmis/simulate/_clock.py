@@ -8,7 +8,10 @@ and a short search of their own on their cluster can replay the table on their c
 The first epoch (which traces the steps), the later epochs and the start-ups do not slow down
 together (docs/simulate.md, "The clock"), so each is retimed by its own median ratio. An epoch's
 cost is matched architecture by architecture (:data:`COST_PARAMS`), because a search at another
-depth or batch size says nothing about this one's epochs.
+depth or batch size says nothing about this one's epochs. The seconds a trial reports between
+two epochs are taken as they are from the other searches, not as a ratio: a checkpoint written
+and a result sent through Ray cost what that file system and that driver cost, which an epoch's
+speed says nothing about (and the shipped tables were recorded before they were kept).
 """
 
 from __future__ import annotations
@@ -73,6 +76,8 @@ class Clock:
     later_epochs: float
     startup: dict[str, float]
     source: str
+    #: seconds, not a ratio: theirs between two epochs (median); None where they did not record it
+    report_seconds: float | None = None
 
     @classmethod
     def between(cls, table: list[Curve], theirs: list[Curve], source: str) -> Clock:
@@ -95,7 +100,8 @@ class Clock:
             k: getattr(ours, k) / getattr(other, k) if getattr(ours, k) > 0 and getattr(other, k) > 0 else 1.0
             for k in STARTUP_FIELDS
         }
-        return cls(first, first if later is None else later, startup, source)
+        report = other.report if any(r is not None for c in theirs for r in c.report_seconds) else None
+        return cls(first, first if later is None else later, startup, source, report)
 
     def retimed(self, curves: list[Curve]) -> list[Curve]:
         """Copies of ``curves`` with every second on this clock (the values are untouched)."""
@@ -111,6 +117,11 @@ class Clock:
                 startup_seconds=c.startup_seconds / self.startup["warm" if c.warm else "cold"],
                 slot_startup_seconds=scaled(c.slot_startup_seconds, "slot"),
                 search_fixed_seconds=scaled(c.search_fixed_seconds, "search"),
+                report_seconds=(
+                    list(c.report_seconds)
+                    if self.report_seconds is None
+                    else [self.report_seconds] * (c.epochs - 1) + [None]
+                ),
                 values=dict(c.values),
                 params=dict(c.params),
             )
@@ -122,6 +133,7 @@ class Clock:
         return (
             f"clock of {self.source}: the curves' seconds / theirs: first epoch {self.first_epoch:.2f}, "
             f"later epochs {self.later_epochs:.2f}, start-ups {starts} (each divided out)"
+            + ("" if self.report_seconds is None else f"; theirs between two epochs: {self.report_seconds:.2f} s")
         )
 
     def as_dict(self) -> dict[str, object]:

@@ -13,6 +13,9 @@ one row per trial and epoch, as CSV (gzip-compressed when the name ends in ``.gz
                        warm trial, from the end of the trial that freed its slot
     epoch              1, 2, ...
     epoch_seconds      seconds of that epoch, its validation included
+    report_seconds     seconds from that epoch's end to the next epoch's start: the trial's checkpoint
+                       and its result's way to the driver and back; empty after a trial's last epoch
+                       and where it was not recorded (a table from before it existed)
     peak_memory_bytes  the trial's peak memory where it is known, else empty
     search_fixed_seconds  the recorded search's time before its first trial (checks, data, Ray and
                        MLflow start-up, the tuner), the same on every row of one search; may be empty
@@ -51,6 +54,7 @@ FIXED_COLUMNS = (
     "startup_seconds",
     "epoch",
     "epoch_seconds",
+    "report_seconds",
     "peak_memory_bytes",
     "search_fixed_seconds",
 )
@@ -71,6 +75,8 @@ class Curve:
     startup_seconds: float
     slot_startup_seconds: float | None = None
     epoch_seconds: list[float] = field(default_factory=list)
+    #: per epoch; None after the last epoch and where it was not recorded
+    report_seconds: list[float | None] = field(default_factory=list)
     values: dict[str, list[float]] = field(default_factory=dict)
     peak_memory_bytes: float | None = None
     search_fixed_seconds: float | None = None
@@ -150,6 +156,13 @@ def _number(row: dict[str, str], column: str, where: str, *, optional: bool = Fa
     return value
 
 
+def _seconds(row: dict[str, str], column: str, where: str, *, optional: bool = False) -> float | None:
+    value = _number(row, column, where, optional=optional)
+    if value is not None and value < 0:
+        raise CurveError(f"{where}: {column} is {row.get(column, '').strip()!r}; expected seconds, 0 or more")
+    return value
+
+
 def read_table(path: str | Path) -> CurveTable:
     """A curve-table file (CSV, or CSV.gz), checked row by row.
 
@@ -197,10 +210,10 @@ def _curves_of_rows(rows: Iterable[dict[str, str]], path: Path, columns: list[st
                 training_seed=int(_number(row, "training_seed", where, optional=True) or 0),
                 params={c[len(PARAM_PREFIX) :]: row.get(c, "") for c in params},
                 warm=bool(_number(row, "warm", where, optional=True) or 0),
-                startup_seconds=_number(row, "startup_seconds", where, optional=True) or 0.0,
-                slot_startup_seconds=_number(row, "slot_startup_seconds", where, optional=True),
+                startup_seconds=_seconds(row, "startup_seconds", where, optional=True) or 0.0,
+                slot_startup_seconds=_seconds(row, "slot_startup_seconds", where, optional=True),
                 peak_memory_bytes=_number(row, "peak_memory_bytes", where, optional=True),
-                search_fixed_seconds=_number(row, "search_fixed_seconds", where, optional=True),
+                search_fixed_seconds=_seconds(row, "search_fixed_seconds", where, optional=True),
                 values={m: [] for m in metrics},
             )
         if epoch != current.epochs + 1:
@@ -208,9 +221,10 @@ def _curves_of_rows(rows: Iterable[dict[str, str]], path: Path, columns: list[st
                 f"{where}: trial {trial} goes from epoch {current.epochs} to {epoch:g}; expected epoch "
                 f"{current.epochs + 1} (a curve has every epoch, in order)"
             )
-        seconds = _number(row, "epoch_seconds", where)
+        seconds = _seconds(row, "epoch_seconds", where)
         assert seconds is not None
         current.epoch_seconds.append(seconds)
+        current.report_seconds.append(_seconds(row, "report_seconds", where, optional=True))
         for m in metrics:
             value = _number(row, m, where)
             assert value is not None
@@ -258,6 +272,7 @@ def typed_for(table: CurveTable, space: Space, *, metric: str, epochs: int) -> C
                 curve,
                 params=params,
                 epoch_seconds=curve.epoch_seconds[:epochs],
+                report_seconds=curve.report_seconds[:epochs],
                 values={m: v[:epochs] for m, v in curve.values.items()},
             )
         )
@@ -280,17 +295,22 @@ def table_text(curves: Iterable[Curve]) -> str:
                     c.trial,
                     c.training_seed,
                     int(c.warm),
-                    "" if c.slot_startup_seconds is None else f"{c.slot_startup_seconds:.3f}",
+                    _seconds_cell(c.slot_startup_seconds),
                     f"{c.startup_seconds:.3f}",
                     i + 1,
                     f"{seconds:.3f}",
+                    _seconds_cell(c.report_seconds[i] if i < len(c.report_seconds) else None),
                     "" if c.peak_memory_bytes is None else f"{c.peak_memory_bytes:.0f}",
-                    "" if c.search_fixed_seconds is None else f"{c.search_fixed_seconds:.3f}",
+                    _seconds_cell(c.search_fixed_seconds),
                     *(cell(c.params.get(p)) for p in params),
                     *(f"{c.values[m][i]:.5g}" for m in metrics),
                 ]
             )
     return out.getvalue()
+
+
+def _seconds_cell(value: float | None) -> str:
+    return "" if value is None else f"{value:.3f}"
 
 
 def write_table(curves: Iterable[Curve], path: str | Path) -> Path:

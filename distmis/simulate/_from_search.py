@@ -2,7 +2,8 @@
 
 What a search leaves is enough to rebuild the table: ``summary.json`` holds each trial's typed
 parameters, status and start, ``results.csv`` its slot's cold start, ``trials/<id>/metrics.csv``
-every epoch with its seconds and end time, and ``trials/<id>/config.yaml`` its training seed.
+every epoch with its seconds and end time (and so the time the trial spent reporting between
+epochs), and ``trials/<id>/config.yaml`` its training seed.
 """
 
 from __future__ import annotations
@@ -119,12 +120,15 @@ def _curve(trial: dict[str, Any], rows: list[dict[str, str]], trial_dir: Path) -
     metrics = [c for c in rows[0] if c.startswith(METRIC_PREFIX) and c != "val_seconds"]
     values: dict[str, list[float]] = {m: [] for m in metrics}
     seconds: list[float] = []
+    ended: list[float] = []
     for row in rows:
         numbers = {m: finite_or_none(row.get(m)) for m in metrics}
         took = finite_or_none(row.get("epoch_seconds"))
-        if took is None or any(v is None for v in numbers.values()) or finite_or_none(row.get("finished_at")) is None:
+        end = finite_or_none(row.get("finished_at"))
+        if took is None or any(v is None for v in numbers.values()) or end is None:
             return None
         seconds.append(took)
+        ended.append(end)
         for m, v in numbers.items():
             assert v is not None
             values[m].append(v)
@@ -136,8 +140,23 @@ def _curve(trial: dict[str, Any], rows: list[dict[str, str]], trial_dir: Path) -
         warm=bool(trial.get("warm")),
         startup_seconds=0.0,
         epoch_seconds=seconds,
+        report_seconds=report_seconds(seconds, ended),
         values=values,
     )
+
+
+def report_seconds(epoch_seconds: list[float], finished_at: list[float]) -> list[float | None]:
+    """Per epoch, the time from its end to the next epoch's start (None after the last).
+
+    ``metrics.csv`` dates each epoch's end (``finished_at``) and times the epoch itself, so the
+    gap between one epoch's end and the next one's start is what the trial spent reporting: its
+    checkpoint, Tune's round trip through the driver. A trial restarted between two epochs
+    shows its restart there; the simulation takes the median over every epoch, which passes over it.
+    """
+    gaps: list[float | None] = [
+        max(0.0, finished_at[i + 1] - epoch_seconds[i + 1] - finished_at[i]) for i in range(len(finished_at) - 1)
+    ]
+    return [*gaps, None] if finished_at else []
 
 
 def read_curves(sources: list[str | Path]) -> CurveTable:
@@ -164,4 +183,4 @@ def read_curves(sources: list[str | Path]) -> CurveTable:
     return CurveTable(curves, ", ".join(names))
 
 
-__all__ = ["curves_of_search", "read_curves"]
+__all__ = ["curves_of_search", "read_curves", "report_seconds"]

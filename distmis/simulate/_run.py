@@ -176,7 +176,8 @@ def _header(methods: list[Method], table: CurveTable, workers: int, seeds: int, 
         f"curves: {table.source} ({len(table.curves)} curves, {len(m.surrogate.keys)} configurations)",
         f"start-up (medians of the recorded trials): slot cold start {c.slot:.2f} s, first trial to its first epoch "
         f"{c.cold:.2f} s, a trial on a warm slot {c.warm:.2f} s; the search's fixed cost before its first trial "
-        f"{c.search:.1f} s (not in the times below)",
+        f"{c.search:.1f} s (not in the times below); between two epochs of a trial {c.report:.2f} s"
+        + ("" if c.report else " (the curves did not record it)"),
         m.loo.line(m.config.search.metric),
     ]
     return "\n".join(lines)

@@ -39,9 +39,12 @@ def _value(lr: float, norm: str, epoch: int, seed: int) -> float:
     return peak * (1 - math.exp(-epoch / 2.0))
 
 
-def _table(value: Callable[[float, str, int, int], float] = _value, two_seeds: int = 3) -> list[Curve]:
+def _table(
+    value: Callable[[float, str, int, int], float] = _value, two_seeds: int = 3, report: float | None = None
+) -> list[Curve]:
     """The hand-made table: ``value`` per configuration, epoch and seed; the first ``two_seeds``
-    configurations recorded with seeds 0 and 1, the rest with seed 0."""
+    configurations recorded with seeds 0 and 1, the rest with seed 0; ``report`` seconds between
+    two epochs where given (else not recorded, as in a table from before that column)."""
     curves = []
     for i, (lr, norm) in enumerate((lr, norm) for lr in LRS for norm in NORMS):
         for seed in (0, 1) if i < two_seeds else (0,):
@@ -54,6 +57,7 @@ def _table(value: Callable[[float, str, int, int], float] = _value, two_seeds: i
                     startup_seconds=0.25 if i > 1 else 0.5,
                     slot_startup_seconds=None if i > 1 else 2.0,
                     epoch_seconds=[1.0] * EPOCHS,
+                    report_seconds=[report] * (EPOCHS - 1) + [None],
                     values={"val_dice": [value(lr, norm, e, seed) for e in range(1, EPOCHS + 1)]},
                 )
             )
@@ -115,6 +119,32 @@ def test_a_grid_on_one_worker_takes_the_sum_of_its_trials(tmp_path: Path, table_
     assert expected <= run.wall <= expected + run.decision_seconds + 1e-6
     best = max(_value(lr, norm, EPOCHS, 0) for lr in LRS for norm in NORMS)
     assert max(v for _, v in run.events) in (pytest.approx(best, rel=1e-4), pytest.approx(best + 0.005, rel=1e-4))
+
+
+def test_the_seconds_a_trial_reports_between_epochs_are_added_to_each_of_its_epochs_but_the_last(
+    tmp_path: Path,
+) -> None:
+    table = read_table(write_table(_table(report=0.3), tmp_path / "reporting.csv.gz"))
+    assert table.curves[0].report_seconds == [0.3] * (EPOCHS - 1) + [None]  # the last epoch's cell is empty
+    config, surrogate, costs = _prepared(_search(tmp_path, "grid", "grid"), tmp_path / "reporting.csv.gz")
+    assert costs.report == pytest.approx(0.3)
+    run = simulate_search(config, surrogate, workers=1, costs=costs, seed=0)
+    n = len(grid_points(config.space))
+    expected = 0.5 + n * EPOCHS * 1.0 + n * (EPOCHS - 1) * 0.3 + (n - 1) * 0.25
+    assert expected <= run.wall <= expected + run.decision_seconds + 1e-6
+    # an epoch's value is dated at its end: the first trial's are 0.5 + e + (e - 1) * 0.3
+    first = sorted(t for t, _ in run.events)[:EPOCHS]
+    assert first == pytest.approx(
+        [0.5 + e + (e - 1) * 0.3 for e in range(1, EPOCHS + 1)], abs=run.decision_seconds + 1e-6
+    )
+
+
+def test_report_seconds_are_the_gaps_between_one_epochs_end_and_the_next_ones_start() -> None:
+    from distmis.simulate import report_seconds
+
+    # epochs of 1, 2 and 3 s ending at 10, 12.5 and 16: the second began at 10.5, the third at 13
+    assert report_seconds([1.0, 2.0, 3.0], [10.0, 12.5, 16.0]) == [pytest.approx(0.5), pytest.approx(0.5), None]
+    assert report_seconds([1.0], [4.0]) == [None] and report_seconds([], []) == []
 
 
 def test_more_workers_shorten_the_search_and_asha_stops_trials_early(tmp_path: Path, table_file: Path) -> None:
@@ -297,6 +327,8 @@ def _sha(path: Path) -> str:
         ("keys", lambda t: t.replace("param.norm", "param.depth"), "the space has no depth"),
         ("gap", lambda t: t.replace("\nt0-0,0,0,2.000,0.500,2,", "\nt0-0,0,0,2.000,0.500,3,", 1), "from epoch 1 to 3"),
         ("nan", lambda t: t.replace(",1.000,,", ",nan,,", 1), "epoch_seconds is 'nan'"),
+        ("negative", lambda t: t.replace(",1.000,,", ",-1.000,,", 1), "epoch_seconds is '-1.000'; expected seconds"),
+        ("report", lambda t: t.replace(",1.000,,", ",1.000,-0.5,", 1), "report_seconds is '-0.5'; expected seconds"),
         ("epoch", lambda t: t.replace("\nt0-0,0,0,2.000,0.500,1,", "\nt0-0,0,0,2.000,0.500,one,", 1), "epoch is 'one'"),
         ("empty", lambda t: "", "no column 'trial'"),
     ],
@@ -344,8 +376,9 @@ def test_the_command_writes_table_png_and_json(tmp_path: Path, table_file: Path)
     assert "| random |" in (out / "summary.md").read_text()
 
 
-def _slower(curves: list[Curve], *, first: float, later: float, startup: float) -> list[Curve]:
-    """The same curves recorded on a slower clock: first epochs, later epochs and start-ups each by its own factor."""
+def _slower(curves: list[Curve], *, first: float, later: float, startup: float, report: float) -> list[Curve]:
+    """The same curves recorded on a slower clock: first epochs, later epochs and start-ups each by
+    its own factor, and ``report`` seconds between two epochs."""
     import dataclasses
 
     return [
@@ -354,14 +387,16 @@ def _slower(curves: list[Curve], *, first: float, later: float, startup: float) 
             epoch_seconds=[c.epoch_seconds[0] * first] + [s * later for s in c.epoch_seconds[1:]],
             startup_seconds=c.startup_seconds * startup,
             slot_startup_seconds=None if c.slot_startup_seconds is None else c.slot_startup_seconds * startup,
+            report_seconds=[report] * (c.epochs - 1) + [None],
         )
         for c in curves
     ]
 
 
 def test_curves_replayed_on_another_clock_take_its_seconds(tmp_path: Path, table_file: Path) -> None:
-    """A grid on one worker, by hand: each of first epoch, later epochs and start-ups takes the clock's own factor."""
-    theirs = write_table(_slower(_table(), first=3.0, later=2.0, startup=4.0), tmp_path / "theirs.csv")
+    """A grid on one worker, by hand: each of first epoch, later epochs and start-ups takes the clock's
+    own factor; the seconds between two epochs, which the table did not record, are theirs."""
+    theirs = write_table(_slower(_table(), first=3.0, later=2.0, startup=4.0, report=0.3), tmp_path / "theirs.csv")
     search = _search(tmp_path, "grid", "grid")
     out = tmp_path / "sim"
     argv = ["simulate", str(search), "--curves", str(table_file), "--workers", "1", "--seeds", "1"]
@@ -377,8 +412,9 @@ def test_curves_replayed_on_another_clock_take_its_seconds(tmp_path: Path, table
         "warm": pytest.approx(0.25),
         "search": 1.0,
     }  # the table records no search fixed cost: its seconds are kept
+    assert clock["report_seconds"] == pytest.approx(0.3)
     n = len(grid_points(load_config(search, require_space=True).space))
-    expected = 4 * 0.5 + n * (3.0 + 2.0 * (EPOCHS - 1)) + (n - 1) * 4 * 0.25
+    expected = 4 * 0.5 + n * (3.0 + 2.0 * (EPOCHS - 1)) + n * (EPOCHS - 1) * 0.3 + (n - 1) * 4 * 0.25
     wall = summary["methods"]["grid"]["seeds"]["0"]["wall"]
     decided = sum(summary["methods_detail"]["grid"]["decision_seconds"])
     assert expected <= wall <= expected + decided + 1e-6
@@ -389,6 +425,7 @@ def test_curves_replayed_on_another_clock_take_its_seconds(tmp_path: Path, table
     assert main([*argv, "--clock-of", str(table_file), "--out", str(same)]) == 0
     same_summary = json.loads((same / "summary.json").read_text())
     assert same_summary["clock"]["later_epochs"] == 1.0 and same_summary["clock"]["first_epoch"] == 1.0
+    assert same_summary["clock"]["report_seconds"] is None  # neither side recorded it: nothing is added
     plain = 0.5 + n * EPOCHS + (n - 1) * 0.25
     assert plain <= same_summary["methods"]["grid"]["seeds"]["0"]["wall"] <= plain + decided + 1.0
 
@@ -453,9 +490,15 @@ def test_curves_come_straight_from_a_finished_search(prepared16: Path, tmp_path:
     assert cold and all(c.slot_startup_seconds and c.slot_startup_seconds > 0 for c in cold)
     assert all(0 <= c.startup_seconds < 60 for c in table.curves)
     assert all(c.search_fixed_seconds and c.search_fixed_seconds > 0 for c in table.curves)  # its timings.json
+    # between its two epochs each trial reported (checkpoint, Tune's round trip): a measured gap, none after the last
+    assert all(c.report_seconds[-1] is None and 0 < (c.report_seconds[0] or 0) < 60 for c in table.curves)
+    assert StartupCosts.of_curves(table.curves).report > 0
     written = read_table(write_table(table.curves, tmp_path / "pilot.csv"))
     assert [c.values for c in written.curves] == [
         {k: [float(f"{x:.5g}") for x in v] for k, v in c.values.items()} for c in table.curves
+    ]
+    assert [c.report_seconds[0] for c in written.curves] == [
+        pytest.approx(c.report_seconds[0], abs=5e-4) for c in table.curves
     ]
 
     sim = {**doc, "name": "replay", "search": {"algorithm": "random", "metric": "val_dice", "num_samples": 6}}
