@@ -197,7 +197,7 @@ def read_search(out: Path, metric: str, mode: str) -> dict[str, Any]:
     rows = list(csv.DictReader(open(out / RunFile.RESULTS)))
     trials = []
     for row in rows:
-        path = out / "trials" / row["trial_id"] / "metrics.csv"
+        path = out / RunFile.TRIALS_DIR / row["trial_id"] / RunFile.METRICS
         epochs = list(csv.DictReader(open(path))) if path.is_file() else []
         if not row.get("started_at") or not epochs:
             continue
