@@ -63,6 +63,8 @@ from distmis.config import ExperimentConfig
 from distmis.files import write_text_atomic
 from distmis.schema import RunFile
 from distmis.simulate import (
+    DRIVER_SECONDS_PER_RESULT,
+    DRIVER_SECONDS_PER_TRIAL,
     Curve,
     CurveTable,
     LeaveOneOut,
@@ -147,8 +149,9 @@ def method_config(
 class Curves:
     """The shipped table, typed once per space (the grid's and the sampled one's)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, driver: tuple[float, float]) -> None:
         self.table = read_table(path)
+        self.driver = driver
         self._cache: dict[str, tuple[NearestCurves, StartupCosts]] = {}
         self.loo: dict[str, LeaveOneOut] = {}
 
@@ -158,8 +161,13 @@ class Curves:
             typed = typed_for(self.table, config.space, metric="val_dice", epochs=EPOCHS)
             surrogate = NearestCurves(typed, config.space, metric="val_dice", mode="max")
             self.loo[config.name] = surrogate.choose_weights()
-            self._cache[key] = (surrogate, StartupCosts.of_curves(typed.curves))
+            self._cache[key] = (surrogate, costs_of(typed, self.driver))
         return self._cache[key]
+
+
+def costs_of(typed: CurveTable, driver: tuple[float, float]) -> StartupCosts:
+    """The recorded start-ups, and the Tune driver's own work per result and per trial."""
+    return StartupCosts.of_curves(typed.curves, driver_per_result=driver[0], driver_per_trial=driver[1])
 
 
 def one(curves: Curves, method: str, *, workers: int, budget: int, seed: int) -> SearchRun:
@@ -262,7 +270,7 @@ def _prototype_grid(seed: int, workers: int) -> ExperimentConfig:
     return ExperimentConfig.model_validate(doc)
 
 
-def grid_efficiency(seeds: int) -> str:
+def grid_efficiency(seeds: int, driver: tuple[float, float]) -> str:
     """A 32-point grid on 32 workers: its efficiency against the trials' length and their spread.
 
     With one trial per worker, the grid's wall time is its slowest trial's plus the start-up, so its
@@ -288,7 +296,7 @@ def grid_efficiency(seeds: int) -> str:
     for label, path, config_of in grids:
         first = config_of(0, 1)
         typed = typed_for(read_table(path), first.space, metric=first.search.metric, epochs=first.train.epochs)
-        costs = StartupCosts.of_curves(typed.curves)
+        costs = costs_of(typed, driver)
         fitted = NearestCurves(typed, first.space, metric=first.search.metric, mode=first.search.mode)
         fitted.choose_weights()
         for by_architecture in (False, True):
@@ -510,13 +518,22 @@ def main() -> None:
         action="store_true",
         help="only how much sooner than random any searcher can reach R",
     )
+    p.add_argument(
+        "--driver-seconds",
+        nargs=2,
+        type=float,
+        default=[DRIVER_SECONDS_PER_RESULT, DRIVER_SECONDS_PER_TRIAL],
+        metavar=("PER_RESULT", "PER_TRIAL"),
+        help="the Tune driver's own work per result and per trial (default: distmis simulate's; 0 0 leaves it out)",
+    )
     p.add_argument("--out", default=str(REPO / "runs" / "bench-search-scale"))
     a = p.parse_args()
+    driver = (a.driver_seconds[0], a.driver_seconds[1])
 
     if a.grid_efficiency:
-        print(grid_efficiency(a.seeds))
+        print(grid_efficiency(a.seeds, driver))
         return
-    curves = Curves(Path(a.curves))
+    curves = Curves(Path(a.curves), driver)
     if a.speed:
         speed(curves)
         return

@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from distmis.simulate import DRIVER_SECONDS_PER_RESULT, DRIVER_SECONDS_PER_TRIAL
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -44,6 +46,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "by architecture: filters, depth, batch size, norm), and the seconds a trial reports between two "
         "epochs are theirs; default: the curves' own seconds",
     )
+    p.add_argument(
+        "--driver-seconds",
+        nargs=2,
+        type=float,
+        default=None,
+        metavar=("PER_RESULT", "PER_TRIAL"),
+        help="the Tune driver's own work per result and per trial, which queues at many trials with short "
+        "epochs (default: as measured by benchmarks/tune_driver_load.py, "
+        f"{DRIVER_SECONDS_PER_RESULT} and {DRIVER_SECONDS_PER_TRIAL} s; 0 0 leaves it out)",
+    )
     p.add_argument("--out", default=None, help="output directory (default runs/simulate-<first file's name>)")
 
 
@@ -61,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
         target=args.target,
         match_training_seed=args.match_training_seed,
         clock_of=[Path(c) for c in args.clock_of] if args.clock_of else None,
+        driver_seconds=tuple(args.driver_seconds) if args.driver_seconds else None,
         out=out.resolve(),
     )
     return 0

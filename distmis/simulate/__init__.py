@@ -2,7 +2,13 @@
 
 from distmis.simulate._clock import COST_PARAMS, Clock, architecture, curve_ratios, later_epoch_seconds, on_clock
 from distmis.simulate._curves import Curve, CurveError, CurveTable, read_table, typed_for, write_table
-from distmis.simulate._engine import SearchRun, StartupCosts, simulate_search
+from distmis.simulate._engine import (
+    DRIVER_SECONDS_PER_RESULT,
+    DRIVER_SECONDS_PER_TRIAL,
+    SearchRun,
+    StartupCosts,
+    simulate_search,
+)
 from distmis.simulate._from_search import curves_of_search, read_curves, report_seconds
 from distmis.simulate._report import analyse, finite_json, fmt_stat, plot, quartiles, table_text, time_to
 from distmis.simulate._run import run_simulation
@@ -10,6 +16,8 @@ from distmis.simulate._surrogate import LeaveOneOut, NearestCurves
 
 __all__ = [
     "COST_PARAMS",
+    "DRIVER_SECONDS_PER_RESULT",
+    "DRIVER_SECONDS_PER_TRIAL",
     "Clock",
     "Curve",
     "CurveError",

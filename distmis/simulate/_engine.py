@@ -9,7 +9,9 @@ the searcher's unless the trial stops; at a trial's end both ``on_trial_complete
 Events are a trial's epoch ends. A reporting trial waits for the driver's decision, as a Tune
 function trainable waits in ``report``, and the driver takes one decision at a time: each call's
 real duration on this machine is charged to the virtual clock, so a slow sampler at 128 workers
-costs what it would.
+costs what it would. Ray Tune's own work in the driver (its bookkeeping, distmis's callbacks) is
+charged too, per result and per trial, as measured by ``benchmarks/tune_driver_load.py``: at a
+few trials it hides in the recorded seconds, and at 128 trials with short epochs it queues.
 """
 
 from __future__ import annotations
@@ -33,6 +35,15 @@ from distmis.space import GRID_KEY, sampled_params
 
 T = TypeVar("T")
 
+#: The seconds Ray Tune's driver is kept from its next decision by its own work per result and per
+#: trial (its start and end) of a distmis search: its bookkeeping and checkpoint registration,
+#: distmis's MLflow and progress callbacks. Measured by ``benchmarks/tune_driver_load.py`` on
+#: searches of sleeping trials, 2-32 at once, where the driver was the bottleneck (2026-11-28, a
+#: 2-core machine: 10.8-12.4 ms per result in two runs, 20 ms per trial); its CPU per result and per
+#: trial is more (14-16 and 57-77 ms), part of it running beside the loop.
+DRIVER_SECONDS_PER_RESULT = 0.011
+DRIVER_SECONDS_PER_TRIAL = 0.020
+
 
 @dataclass(frozen=True)
 class StartupCosts:
@@ -47,6 +58,10 @@ class StartupCosts:
         result's way through the driver and back). The gap was measured with a driver that
         decided in milliseconds; a trial waits for the longer of this and the driver's decision,
         so a driver queueing decisions at scale still holds it.
+    driver_per_result, driver_per_trial: the Tune driver's own serial work after a result (its
+        bookkeeping, the callbacks) and for a trial's start and end. It keeps the driver from its
+        next decision, not the trial it was for: that trial's recorded seconds already hold its own
+        share, so only queueing behind other trials' work adds time.
     """
 
     slot: float
@@ -54,10 +69,19 @@ class StartupCosts:
     warm: float
     search: float = 0.0
     report: float = 0.0
+    driver_per_result: float = 0.0
+    driver_per_trial: float = 0.0
 
     @classmethod
-    def of_curves(cls, curves: list[Curve]) -> StartupCosts:
-        """Medians over the recorded trials (a warm trial's slot state differs in a simulation)."""
+    def of_curves(
+        cls,
+        curves: list[Curve],
+        *,
+        driver_per_result: float = DRIVER_SECONDS_PER_RESULT,
+        driver_per_trial: float = DRIVER_SECONDS_PER_TRIAL,
+    ) -> StartupCosts:
+        """Medians over the recorded trials (a warm trial's slot state differs in a simulation);
+        the driver's own work as measured, unless given (no table records it)."""
         cold = [c for c in curves if not c.warm]
         warm = [c for c in curves if c.warm]
         slots = [c.slot_startup_seconds for c in cold if c.slot_startup_seconds is not None]
@@ -72,6 +96,8 @@ class StartupCosts:
             warm=median([c.startup_seconds for c in warm], cold_trial),
             search=median([c.search_fixed_seconds for c in curves if c.search_fixed_seconds is not None], 0.0),
             report=median([r for c in curves for r in c.report_seconds if r is not None], 0.0),
+            driver_per_result=driver_per_result,
+            driver_per_trial=driver_per_trial,
         )
 
 
@@ -114,7 +140,8 @@ class SearchRun:
 
 
 class _Driver:
-    """The driver's clock: one decision at a time, each charged with its real duration."""
+    """The driver's clock: one decision at a time, each charged with its real duration, then its
+    own work (:meth:`occupy`), which delays the next decision."""
 
     def __init__(self) -> None:
         self.free_at = 0.0
@@ -128,6 +155,10 @@ class _Driver:
         self.spent += took
         self.free_at = start + took
         return value, self.free_at
+
+    def occupy(self, seconds: float) -> None:
+        """The driver works ``seconds`` more after its last decision, whoever waits for it."""
+        self.free_at += seconds
 
 
 class _Simulation:
@@ -182,6 +213,7 @@ class _Simulation:
             trial = SimulatedTrial(tid, params, curve, worker, started)
             if self.scheduler is not None:
                 _, ready = self.driver.decide(ready, partial(self.scheduler.on_trial_add, None, trial))
+            self.driver.occupy(self.costs.driver_per_trial)
             self.starts.append(started)
             self.run.trials += 1
             first_epoch = started + (self.costs.warm if warm else self.costs.cold) + trial.curve.epoch_seconds[0]
@@ -219,13 +251,17 @@ class _Simulation:
             # the result reached the driver as the epoch ended; the trial's checkpoint and Tune's
             # round trip keep it from its next epoch for the report's seconds, or the decision's
             next_start = max(now, at + self.costs.report)
+            self.driver.occupy(self.costs.driver_per_result)
             heapq.heappush(self.heap, (next_start + trial.curve.epoch_seconds[e], order, trial))
             return
         trial.status = "TERMINATED"
         run.stopped_early += int(e < self.epochs)
         run.intervals.append((trial.started, at))
         self.idle.append((trial.worker, True))
+        # the worker's next trial does not wait for this result's driver work: its recorded warm
+        # start-up already holds it; the trials after it do
         self.start_trials(now, rng)
+        self.driver.occupy(self.costs.driver_per_result)
 
     def finish(self) -> SearchRun:
         run = self.run
@@ -278,4 +314,11 @@ def simulate_search(
     return sim.finish()
 
 
-__all__ = ["SearchRun", "SimulatedTrial", "StartupCosts", "simulate_search"]
+__all__ = [
+    "DRIVER_SECONDS_PER_RESULT",
+    "DRIVER_SECONDS_PER_TRIAL",
+    "SearchRun",
+    "SimulatedTrial",
+    "StartupCosts",
+    "simulate_search",
+]

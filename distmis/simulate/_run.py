@@ -9,6 +9,7 @@ trials. The figures are those of ``benchmarks/search_efficiency.py`` for real se
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,13 @@ from distmis.files import OutputClaim, check_output, write_text_atomic
 from distmis.schema import RunFile
 from distmis.simulate._clock import on_clock
 from distmis.simulate._curves import CurveError, CurveTable, typed_for
-from distmis.simulate._engine import SearchRun, StartupCosts, simulate_search
+from distmis.simulate._engine import (
+    DRIVER_SECONDS_PER_RESULT,
+    DRIVER_SECONDS_PER_TRIAL,
+    SearchRun,
+    StartupCosts,
+    simulate_search,
+)
 from distmis.simulate._from_search import read_curves
 from distmis.simulate._report import analyse, finite_json, plot, quartiles, table_text
 from distmis.simulate._surrogate import LeaveOneOut, NearestCurves
@@ -37,8 +44,16 @@ class Method:
     loo: LeaveOneOut
 
 
-def method_of(path: Path, table: CurveTable, *, workers: int, samples: int | None) -> Method:
-    """A search file checked against the curves (its space, metric and epochs).
+def method_of(
+    path: Path,
+    table: CurveTable,
+    *,
+    workers: int,
+    samples: int | None,
+    driver_seconds: tuple[float, float] = (DRIVER_SECONDS_PER_RESULT, DRIVER_SECONDS_PER_TRIAL),
+) -> Method:
+    """A search file checked against the curves (its space, metric and epochs); ``driver_seconds``:
+    the Tune driver's own work per result and per trial (:class:`StartupCosts`).
 
     Raises:
         ConfigError: the file. CurveError: the curves do not stand for this search.
@@ -52,7 +67,9 @@ def method_of(path: Path, table: CurveTable, *, workers: int, samples: int | Non
     typed = typed_for(table, config.space, metric=s.metric, epochs=config.train.epochs)
     surrogate = NearestCurves(typed, config.space, metric=s.metric, mode=s.mode)
     loo = surrogate.choose_weights()
-    return Method(config.name, path, config, surrogate, StartupCosts.of_curves(typed.curves), loo)
+    per_result, per_trial = driver_seconds
+    costs = StartupCosts.of_curves(typed.curves, driver_per_result=per_result, driver_per_trial=per_trial)
+    return Method(config.name, path, config, surrogate, costs, loo)
 
 
 def _labelled(what: str, paths: list[Path]) -> dict[str, Path]:
@@ -61,6 +78,21 @@ def _labelled(what: str, paths: list[Path]) -> dict[str, Path]:
 
 def with_seed(config: ExperimentConfig, seed: int) -> ExperimentConfig:
     return config.model_copy(update={"search": config.search.model_copy(update={"seed": seed})})
+
+
+def _checked_numbers(
+    workers: int, seeds: int, samples: int | None, given: tuple[float, float] | None
+) -> tuple[float, float]:
+    """The options' numbers checked; returns the driver's own work per result and per trial, as
+    given, else as measured."""
+    if workers < 1 or seeds < 1 or (samples is not None and samples < 1):
+        raise CurveError("--workers, --seeds and --samples must be at least 1")
+    driver = given or (DRIVER_SECONDS_PER_RESULT, DRIVER_SECONDS_PER_TRIAL)
+    if not all(math.isfinite(x) and x >= 0 for x in driver):
+        raise CurveError(
+            f"--driver-seconds: expected two numbers of seconds, 0 or more; got {' '.join(map(str, driver))}"
+        )
+    return driver
 
 
 def run_simulation(
@@ -74,23 +106,24 @@ def run_simulation(
     out: Path,
     match_training_seed: bool = False,
     clock_of: list[Path] | None = None,
+    driver_seconds: tuple[float, float] | None = None,
 ) -> dict[str, Any]:
     """Simulate every search file over ``seeds`` seeds; writes ``summary.json``, ``summary.md`` and
     ``best_so_far.png`` into ``out`` and returns the summary.
 
     ``clock_of``: finished searches (or curve tables) whose clock the curves are replayed on
     (:class:`~distmis.simulate._clock.Clock`); by default the curves' own seconds.
+    ``driver_seconds``: the Tune driver's own work per result and per trial (default: as measured).
 
     Raises:
         ConfigError / CurveError: a bad search file or curve table (before anything is written).
         OutputError: an ``--out`` that is an input or another command's directory.
     """
-    if workers < 1 or seeds < 1 or (samples is not None and samples < 1):
-        raise CurveError("--workers, --seeds and --samples must be at least 1")
+    driver = _checked_numbers(workers, seeds, samples, driver_seconds)
     inputs = _labelled("search file", search_files) | _labelled("curves", curves) | _labelled("clock", clock_of or [])
     out = check_output(out, option="--out", inputs=inputs)
     table, clock = on_clock(read_curves(list(curves)), clock_of)
-    methods = [method_of(p, table, workers=workers, samples=samples) for p in search_files]
+    methods = [method_of(p, table, workers=workers, samples=samples, driver_seconds=driver) for p in search_files]
     names = [m.name for m in methods]
     if len(set(names)) != len(names):
         raise CurveError(f"two search files share a name ({names}); each method needs its own `name`")
@@ -177,7 +210,9 @@ def _header(methods: list[Method], table: CurveTable, workers: int, seeds: int, 
         f"start-up (medians of the recorded trials): slot cold start {c.slot:.2f} s, first trial to its first epoch "
         f"{c.cold:.2f} s, a trial on a warm slot {c.warm:.2f} s; the search's fixed cost before its first trial "
         f"{c.search:.1f} s (not in the times below); between two epochs of a trial {c.report:.2f} s"
-        + ("" if c.report else " (the curves did not record it)"),
+        + ("" if c.report else " (the curves did not record it)")
+        + f"; the Tune driver's own work {c.driver_per_result * 1000:.0f} ms per result, "
+        f"{c.driver_per_trial * 1000:.0f} ms per trial",
         m.loo.line(m.config.search.metric),
     ]
     return "\n".join(lines)

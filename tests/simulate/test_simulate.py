@@ -139,6 +139,46 @@ def test_the_seconds_a_trial_reports_between_epochs_are_added_to_each_of_its_epo
     )
 
 
+def test_the_drivers_own_work_queues_the_results_of_many_trials_and_not_those_of_one(
+    tmp_path: Path, table_file: Path
+) -> None:
+    """Four trials of 1 s epochs, and a driver that works 0.5 s after each result: it serves one
+    result every 0.5 s from the first epoch's end at 1 s, so trial j's epoch e waits until
+    1 + 0.5 * (4 * (e - 1) + j) and its last epoch ends at 1 + 0.5 * (16 + j) + 1. Its own 0.5 s
+    never holds the trial that reported (its recorded seconds hold that), so one trial alone is as fast."""
+    import dataclasses
+
+    config, surrogate, costs = _prepared(_search(tmp_path, "grid", "grid"), table_file)
+    config = config.model_copy(
+        update={"space": {**config.space, "lr": config.space["lr"].model_copy(update={"choice": LRS[:2]})}}
+    )
+    flat = dataclasses.replace(costs, slot=0.0, cold=0.0, warm=0.0, report=0.0, driver_per_trial=0.0)
+    queued = simulate_search(
+        config, surrogate, workers=4, costs=dataclasses.replace(flat, driver_per_result=0.5), seed=0
+    )
+    assert queued.trials == 4 and queued.epochs == 4 * EPOCHS
+    slack = queued.decision_seconds + 1e-6
+    ends = sorted(b for _, b in queued.intervals)
+    assert ends == pytest.approx([1 + 0.5 * (16 + j) + 1 for j in range(4)], abs=slack)
+    free = simulate_search(config, surrogate, workers=4, costs=dataclasses.replace(flat, driver_per_result=0.0), seed=0)
+    assert free.wall == pytest.approx(EPOCHS * 1.0, abs=free.decision_seconds + 1e-6)
+
+    one = simulate_search(config, surrogate, workers=1, costs=dataclasses.replace(flat, driver_per_result=0.5), seed=0)
+    alone = simulate_search(
+        config, surrogate, workers=1, costs=dataclasses.replace(flat, driver_per_result=0.0), seed=0
+    )
+    assert one.wall == pytest.approx(alone.wall, abs=one.decision_seconds + alone.decision_seconds + 1e-6)
+
+    # a trial's start keeps the driver 0.25 s from the next start: four trials start 0.25 s apart
+    staggered = simulate_search(
+        config, surrogate, workers=4, costs=dataclasses.replace(flat, driver_per_trial=0.25), seed=0
+    )
+    starts, ends = zip(*sorted(staggered.intervals), strict=True)
+    slack = staggered.decision_seconds + 1e-6
+    assert starts == pytest.approx([0.25 * j for j in range(4)], abs=slack)
+    assert ends == pytest.approx([0.25 * j + EPOCHS for j in range(4)], abs=slack)
+
+
 def test_report_seconds_are_the_gaps_between_one_epochs_end_and_the_next_ones_start() -> None:
     from distmis.simulate import report_seconds
 
@@ -374,6 +414,40 @@ def test_the_command_writes_table_png_and_json(tmp_path: Path, table_file: Path)
     assert len(summary["methods"]["random"]["seeds"]) == 3
     assert (out / "best_so_far.png").read_bytes()[:4] == b"\x89PNG"
     assert "| random |" in (out / "summary.md").read_text()
+    from distmis.simulate import DRIVER_SECONDS_PER_RESULT, DRIVER_SECONDS_PER_TRIAL
+
+    costs = summary["methods_detail"]["random"]["startup_costs"]
+    assert (costs["driver_per_result"], costs["driver_per_trial"]) == (
+        DRIVER_SECONDS_PER_RESULT,
+        DRIVER_SECONDS_PER_TRIAL,
+    )  # charged unless told otherwise
+    assert "the Tune driver's own work" in (out / "summary.md").read_text()
+
+
+@pytest.mark.parametrize("given", [["-0.01", "0.08"], ["0.02", "nan"]])
+def test_driver_seconds_below_zero_or_not_a_number_are_one_error_line(
+    tmp_path: Path, table_file: Path, capsys: pytest.CaptureFixture[str], given: list[str]
+) -> None:
+    search = _search(tmp_path, "random", "random")
+    out = tmp_path / "o"
+    rc = main(
+        ["simulate", str(search), "--curves", str(table_file), "--workers", "2", "--driver-seconds", *given]
+        + ["--out", str(out)]
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith("distmis: error: --driver-seconds")
+    assert not out.exists()
+
+
+def test_driver_seconds_given_are_those_charged(tmp_path: Path, table_file: Path) -> None:
+    import json
+
+    search = _search(tmp_path, "random", "random", samples=4)
+    out = tmp_path / "o"
+    argv = ["simulate", str(search), "--curves", str(table_file), "--workers", "2", "--seeds", "1"]
+    assert main([*argv, "--driver-seconds", "0", "0.5", "--out", str(out)]) == 0
+    costs = json.loads((out / "summary.json").read_text())["methods_detail"]["random"]["startup_costs"]
+    assert (costs["driver_per_result"], costs["driver_per_trial"]) == (0.0, 0.5)
 
 
 def _slower(curves: list[Curve], *, first: float, later: float, startup: float, report: float) -> list[Curve]:
