@@ -15,8 +15,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from distmis.simulate import DRIVER_SECONDS_PER_RESULT, DRIVER_SECONDS_PER_TRIAL
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -54,7 +52,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar=("PER_RESULT", "PER_TRIAL"),
         help="the Tune driver's own work per result and per trial, which queues at many trials with short "
         "epochs (default: as measured by benchmarks/tune_driver_load.py, "
-        f"{DRIVER_SECONDS_PER_RESULT} and {DRIVER_SECONDS_PER_TRIAL} s; 0 0 leaves it out)",
+        "distmis.simulate.DRIVER_SECONDS_PER_RESULT and ..._PER_TRIAL, printed in the output's header; "
+        "0 0 leaves it out)",
     )
     p.add_argument("--out", default=None, help="output directory (default runs/simulate-<first file's name>)")
 

@@ -50,7 +50,7 @@ def method_of(
     *,
     workers: int,
     samples: int | None,
-    driver_seconds: tuple[float, float] = (DRIVER_SECONDS_PER_RESULT, DRIVER_SECONDS_PER_TRIAL),
+    driver_seconds: tuple[float, float],
 ) -> Method:
     """A search file checked against the curves (its space, metric and epochs); ``driver_seconds``:
     the Tune driver's own work per result and per trial (:class:`StartupCosts`).
