@@ -11,6 +11,10 @@ table's trial order, which shows a recording whose epochs slowed as it went.
 first epoch and the others apart, and how far the search metric moved. Two machines of one kind
 differ; this says by how much, when the values are the same.
 
+With ``--real`` it also prints the seconds the real trials spent between two epochs (checkpoint,
+report), architecture by architecture: what ``distmis.simulate.REPORT_SECONDS`` (the engine's
+figure for tables that did not record them) was measured by.
+
 ``--write OUT`` writes a copy of the table on the real searches' clock: the first epoch (which
 traces the steps), the other epochs and the start-ups (a slot's, a cold and a warm trial's), each
 divided by its own median ratio table / real. A diagnostic (what would the simulation say on this
@@ -31,7 +35,17 @@ import statistics
 from pathlib import Path
 
 from distmis.schema import RunFile
-from distmis.simulate import COST_PARAMS, Clock, curve_ratios, curves_of_search, read_curves, write_table
+from distmis.simulate import (
+    COST_PARAMS,
+    REPORT_SECONDS,
+    Clock,
+    Curve,
+    architecture,
+    curve_ratios,
+    curves_of_search,
+    read_curves,
+    write_table,
+)
 from distmis.simulate import later_epoch_seconds as epoch_seconds
 
 
@@ -61,6 +75,31 @@ def again(table_path: str, recording: Path, metric: str) -> None:
     print(f"- first epoch (tracing), again / table: {spread(first)}")
     print(f"- epochs 2-{table[0].epochs}, again / table: {spread(rest)}")
     print(f"- best {metric}, |again - table|: median {statistics.median(moved):.4f}, largest {max(moved):.4f}")
+
+
+def gaps_by_architecture(curves: list[Curve]) -> None:
+    """The real trials' seconds between two epochs, median [p10-p90] by architecture and overall."""
+    by_arch: dict[tuple[str, ...], list[float]] = {}
+    for c in curves:
+        by_arch.setdefault(architecture(c), []).extend(r for r in c.report_seconds if r is not None)
+
+    def cells(gaps: list[float]) -> str:
+        if len(gaps) < 2:
+            return f"{len(gaps)} | {gaps[0]:.3f} |" if gaps else "0 | - |"
+        deciles = statistics.quantiles(gaps, n=10)
+        return f"{len(gaps)} | {statistics.median(gaps):.3f} [{deciles[0]:.3f}-{deciles[-1]:.3f}] |"
+
+    every = [g for gaps in by_arch.values() for g in gaps]
+    print(f"\nseconds between two epochs in the real searches (the engine's default: {REPORT_SECONDS} s)")
+    print(f"| {' | '.join(COST_PARAMS)} | gaps | median [p10-p90] (s) |")
+    print("|" + "---|" * (len(COST_PARAMS) + 2))
+
+    def numeric_first(item: tuple[tuple[str, ...], list[float]]) -> list[tuple[int, float, str]]:
+        return [(0, float(v), "") if v.replace(".", "", 1).isdigit() else (1, 0.0, v) for v in item[0]]
+
+    for arch, gaps in sorted(by_arch.items(), key=numeric_first):
+        print(f"| {' | '.join(arch)} | {cells(gaps)}")
+    print(f"| all |{' |' * (len(COST_PARAMS) - 1)} {cells(every)}")
 
 
 def main() -> None:
@@ -97,6 +136,7 @@ def main() -> None:
                 f"| {start + 1}-{min(start + a.block, len(table.curves))} | {len(block)} | {statistics.median(block):.3f} |"
             )
     print(clock.line())
+    gaps_by_architecture(real_curves)
     if a.write:
         print(f"\n{write_table(clock.retimed(table.curves), Path(a.write))}: {clock.line()}")
 

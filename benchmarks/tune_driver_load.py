@@ -29,7 +29,8 @@ The driver's CPU is also fitted over the runs, as a fixed cost, seconds per resu
 per trial (least squares), for comparison.
 Each run is then replayed by the simulator's engine on its own measured epochs, with the least
 loaded run's median gap as the recorded report seconds, with these driver costs and without them,
-against the real gaps. One run sets each serial cost: the others test them. The trials' and Ray's output goes to a log file.
+against the real gaps. One run sets each serial cost: the others test them. The trials' and Ray's
+output is appended to ``$TMPDIR/tune-driver-load.log`` (the system's temporary directory).
 
     python benchmarks/tune_driver_load.py                              # the default runs, about 7 minutes
     python benchmarks/tune_driver_load.py --runs 2x2x40x0.2,8x8x40x0.03   # KxNxExS each

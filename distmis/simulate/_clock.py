@@ -100,7 +100,7 @@ class Clock:
             k: getattr(ours, k) / getattr(other, k) if getattr(ours, k) > 0 and getattr(other, k) > 0 else 1.0
             for k in STARTUP_FIELDS
         }
-        report = other.report if any(r is not None for c in theirs for r in c.report_seconds) else None
+        report = other.report if other.report_recorded else None
         return cls(first, first if later is None else later, startup, source, report)
 
     def retimed(self, curves: list[Curve]) -> list[Curve]:

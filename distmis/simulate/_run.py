@@ -210,7 +210,7 @@ def _header(methods: list[Method], table: CurveTable, workers: int, seeds: int, 
         f"start-up (medians of the recorded trials): slot cold start {c.slot:.2f} s, first trial to its first epoch "
         f"{c.cold:.2f} s, a trial on a warm slot {c.warm:.2f} s; the search's fixed cost before its first trial "
         f"{c.search:.1f} s (not in the times below); between two epochs of a trial {c.report:.2f} s"
-        + ("" if c.report else " (the curves did not record it)")
+        + ("" if c.report_recorded else " (the curves did not record it: distmis's measured default)")
         + f"; the Tune driver's own work {c.driver_per_result * 1000:.0f} ms per result, "
         f"{c.driver_per_trial * 1000:.0f} ms per trial",
         m.loo.line(m.config.search.metric),

@@ -17,6 +17,7 @@ import yaml
 from distmis.cli import main
 from distmis.config import load_config
 from distmis.simulate import (
+    REPORT_SECONDS,
     Curve,
     NearestCurves,
     StartupCosts,
@@ -107,6 +108,8 @@ def test_a_table_round_trips_and_startup_costs_are_the_recorded_medians(table_fi
     assert table.curves[0].values["val_dice"] == pytest.approx(_table()[0].values["val_dice"], rel=1e-4)
     costs = StartupCosts.of_curves(table.curves)
     assert (costs.slot, costs.cold, costs.warm) == (2.0, 0.5, 0.25)
+    # the table recorded no seconds between epochs: distmis's measured ones stand for them, said so
+    assert (costs.report, costs.report_recorded) == (REPORT_SECONDS, False)
 
 
 def test_a_grid_on_one_worker_takes_the_sum_of_its_trials(tmp_path: Path, table_file: Path) -> None:
@@ -114,8 +117,9 @@ def test_a_grid_on_one_worker_takes_the_sum_of_its_trials(tmp_path: Path, table_
     run = simulate_search(config, surrogate, workers=1, costs=costs, seed=0)
     n = len(grid_points(config.space))
     assert run.trials == n and run.epochs == n * EPOCHS and run.stopped_early == 0
-    # from the first trial's start: its cold start to epoch 1, then per trial its epochs, warm start-ups between
-    expected = 0.5 + n * EPOCHS * 1.0 + (n - 1) * 0.25
+    # from the first trial's start: its cold start to epoch 1, then per trial its epochs with the
+    # measured seconds between two of them (the table recorded none), warm start-ups between trials
+    expected = 0.5 + n * EPOCHS * 1.0 + n * (EPOCHS - 1) * REPORT_SECONDS + (n - 1) * 0.25
     assert expected <= run.wall <= expected + run.decision_seconds + 1e-6
     best = max(_value(lr, norm, EPOCHS, 0) for lr in LRS for norm in NORMS)
     assert max(v for _, v in run.events) in (pytest.approx(best, rel=1e-4), pytest.approx(best + 0.005, rel=1e-4))
@@ -127,7 +131,7 @@ def test_the_seconds_a_trial_reports_between_epochs_are_added_to_each_of_its_epo
     table = read_table(write_table(_table(report=0.3), tmp_path / "reporting.csv.gz"))
     assert table.curves[0].report_seconds == [0.3] * (EPOCHS - 1) + [None]  # the last epoch's cell is empty
     config, surrogate, costs = _prepared(_search(tmp_path, "grid", "grid"), tmp_path / "reporting.csv.gz")
-    assert costs.report == pytest.approx(0.3)
+    assert costs.report == pytest.approx(0.3) and costs.report_recorded
     run = simulate_search(config, surrogate, workers=1, costs=costs, seed=0)
     n = len(grid_points(config.space))
     expected = 0.5 + n * EPOCHS * 1.0 + n * (EPOCHS - 1) * 0.3 + (n - 1) * 0.25
@@ -422,6 +426,10 @@ def test_the_command_writes_table_png_and_json(tmp_path: Path, table_file: Path)
         DRIVER_SECONDS_PER_TRIAL,
     )  # charged unless told otherwise
     assert "the Tune driver's own work" in (out / "summary.md").read_text()
+    # the table recorded no seconds between epochs: the measured figure is charged, and said to be
+    assert (costs["report"], costs["report_recorded"]) == (REPORT_SECONDS, False)
+    said = f"between two epochs of a trial {REPORT_SECONDS:.2f} s (the curves did not record it"
+    assert said in (out / "summary.md").read_text()
 
 
 @pytest.mark.parametrize("given", [["-0.01", "0.08"], ["0.02", "nan"]])
@@ -499,8 +507,10 @@ def test_curves_replayed_on_another_clock_take_its_seconds(tmp_path: Path, table
     assert main([*argv, "--clock-of", str(table_file), "--out", str(same)]) == 0
     same_summary = json.loads((same / "summary.json").read_text())
     assert same_summary["clock"]["later_epochs"] == 1.0 and same_summary["clock"]["first_epoch"] == 1.0
-    assert same_summary["clock"]["report_seconds"] is None  # neither side recorded it: nothing is added
-    plain = 0.5 + n * EPOCHS + (n - 1) * 0.25
+    # neither side recorded the seconds between epochs: distmis's measured ones stand for them
+    assert same_summary["clock"]["report_seconds"] is None
+    assert same_summary["methods_detail"]["grid"]["startup_costs"]["report"] == REPORT_SECONDS
+    plain = 0.5 + n * EPOCHS + n * (EPOCHS - 1) * REPORT_SECONDS + (n - 1) * 0.25
     assert plain <= same_summary["methods"]["grid"]["seeds"]["0"]["wall"] <= plain + decided + 1.0
 
 
