@@ -34,18 +34,27 @@ output is appended to ``$TMPDIR/tune-driver-load.log`` (the system's temporary d
 
     python benchmarks/tune_driver_load.py                              # the default runs, about 7 minutes
     python benchmarks/tune_driver_load.py --runs 2x2x40x0.2,8x8x40x0.03   # KxNxExS each
+    python benchmarks/tune_driver_load.py --runs 2x2x40x0.2 --spin 2 --out runs/spin.json   # cores taken
+
+Each run also prints the machine's cores busy over it (Linux's ``/proc/stat``). Where the gaps
+grow before the driver is saturated, that and ``--spin`` tell whether the driver or the cores it
+shares hold the results back.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -67,6 +76,8 @@ class Measured:
     driver_cpu: float
     entries: dict[str, float]  # each trial's function start
     rows: list[dict[str, Any]]  # one per epoch: trial, epoch, start, end, back
+    #: the whole machine's cores busy, on average over the search (None: not measured, not Linux)
+    cores_busy: float | None = None
 
     @property
     def results(self) -> int:
@@ -114,6 +125,34 @@ def sleeping_trial(config: dict[str, Any]) -> None:
         log.write_text(json.dumps({"entry": entry, "rows": rows}))
 
 
+def cpu_ticks() -> tuple[int, int] | None:
+    """The machine's (busy, all) CPU ticks so far, from Linux's ``/proc/stat``; None elsewhere.
+
+    Trials that only sleep leave the driver, Ray's own processes and the trials' reporting as the
+    machine's load, so this tells whether they compete for the cores (a 2-core machine running 32
+    trial processes) or the driver alone holds the results back.
+    """
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle and iowait
+    return sum(fields) - idle, sum(fields)
+
+
+@contextlib.contextmanager
+def spinning(processes: int) -> Iterator[None]:
+    """``processes`` processes that only spin while the block runs: cores taken from the search, as
+    a 2-core machine's 8-32 trial processes and Ray's own take them from the driver."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(processes)]
+    try:
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+
+
 def measure(workers: int, trials: int, epochs: int, sleep: float) -> Measured:
     import yaml
     from ray import tune
@@ -154,16 +193,20 @@ def measure(workers: int, trials: int, epochs: int, sleep: float) -> Measured:
             ),
         )
         with quiet_output(log, verbose=False):
-            before = resource.getrusage(resource.RUSAGE_SELF)
+            before, ticks_before = resource.getrusage(resource.RUSAGE_SELF), cpu_ticks()
             tuner.fit()
-            after = resource.getrusage(resource.RUSAGE_SELF)
+            after, ticks_after = resource.getrusage(resource.RUSAGE_SELF), cpu_ticks()
     finally:
         shutdown_ray()
     logged = {f.stem: json.loads(f.read_text()) for f in sorted(logs.iterdir())}
     shutil.rmtree(out, ignore_errors=True)
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     rows = sorted((r for t in logged.values() for r in t["rows"]), key=lambda r: (r["trial"], r["epoch"]))
-    return Measured(workers, trials, epochs, sleep, cpu, {t: v["entry"] for t, v in logged.items()}, rows)
+    busy = None
+    if ticks_before and ticks_after and ticks_after[1] > ticks_before[1]:
+        share = (ticks_after[0] - ticks_before[0]) / (ticks_after[1] - ticks_before[1])
+        busy = share * (os.cpu_count() or 1)
+    return Measured(workers, trials, epochs, sleep, cpu, {t: v["entry"] for t, v in logged.items()}, rows, busy)
 
 
 def cpu_fit(runs: list[Measured]) -> tuple[float, float, float]:
@@ -257,22 +300,34 @@ def main() -> None:
         "--out", type=Path, default=Path("runs/tune-driver-load.json"), help="where the measured runs are kept"
     )
     p.add_argument("--replay", action="store_true", help="measure nothing: fit and replay the runs kept in --out")
+    p.add_argument(
+        "--spin",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N processes that spin through each run, taking cores from the search: how much the gaps owe to "
+        "the machine's cores rather than the driver (default 0)",
+    )
     a = p.parse_args()
+    if a.spin < 0:
+        p.error(f"--spin: expected 0 or more processes, got {a.spin}")
     specs = [] if a.replay else [s.split("x") for s in a.runs.split(",")]
     runs = [Measured(**r) for r in json.loads(a.out.read_text())] if a.replay else []
     print(
-        "| K at once | trials | epochs | sleep (s) | results/s | driver CPU per result (ms) | gap median [p10-p90] (ms) | gap mean (ms) |"
+        "| K at once | trials | epochs | sleep (s) | results/s | driver CPU per result (ms) | gap median [p10-p90] (ms) "
+        f"| gap mean (ms) | cores busy, of {os.cpu_count()} |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for k, n, e, s in specs:
-        r = measure(int(k), int(n), int(e), float(s))
+        with spinning(a.spin):
+            r = measure(int(k), int(n), int(e), float(s))
         runs.append(r)
         g = r.gaps
         q = statistics.quantiles(g, n=10)
         print(
             f"| {r.workers} | {r.trials} | {r.epochs} | {r.sleep} | {r.results / r.phase:.0f} | "
             f"{1000 * r.driver_cpu / r.results:.1f} | {1000 * statistics.median(g):.0f} [{1000 * q[0]:.0f}-{1000 * q[8]:.0f}] | "
-            f"{1000 * statistics.mean(g):.0f} |",
+            f"{1000 * statistics.mean(g):.0f} | {'-' if r.cores_busy is None else f'{r.cores_busy:.2f}'} |",
             flush=True,
         )
     if not a.replay:

@@ -38,9 +38,10 @@ T = TypeVar("T")
 #: The seconds Ray Tune's driver is kept from its next decision by its own work per result and per
 #: trial (its start and end) of a distmis search: its bookkeeping and checkpoint registration,
 #: distmis's MLflow and progress callbacks. Measured by ``benchmarks/tune_driver_load.py`` on
-#: searches of sleeping trials, 2-32 at once, where the driver was the bottleneck (2026-11-28, a
-#: 2-core machine: 10.8-12.4 ms per result in two runs, 20 ms per trial); its CPU per result and per
-#: trial is more (14-16 and 57-77 ms), part of it running beside the loop.
+#: searches of sleeping trials, 2-32 at once, where the driver was the bottleneck (2026-11-28, the
+#: first of three runs on 2-core machines of one kind, which gave 10.8-16.4 ms per result and 5-20
+#: ms per trial); its CPU per result and per trial is more (14-31 and 57-124 ms), part of it running
+#: beside the loop.
 DRIVER_SECONDS_PER_RESULT = 0.011
 DRIVER_SECONDS_PER_TRIAL = 0.020
 
