@@ -102,14 +102,16 @@ class Measured:
 
 
 def sleeping_trial(config: dict[str, Any]) -> None:
-    """An epoch of sleep (the workload, not a wait on anything), then a checkpoint and a report."""
+    """``_epochs`` epochs of ``_sleep`` seconds (the workload, not a wait on anything), each followed
+    by a checkpoint and a report as a distmis trial makes them; each epoch's times are written to a
+    file in ``_log``, where given. ``benchmarks/tune_sync_rate.py`` runs it too."""
     import logging
 
     from ray import tune
 
     logging.getLogger("ray").setLevel(logging.WARNING)  # a line per checkpoint would bury the table
     entry = time.time()
-    log = Path(config["_log"]) / f"{os.getpid()}-{time.time_ns()}.json"
+    log = Path(config["_log"]) / f"{os.getpid()}-{time.time_ns()}.json" if config.get("_log") else None
     rows = []
     for epoch in range(1, config["_epochs"] + 1):
         start = time.time()
@@ -121,8 +123,9 @@ def sleeping_trial(config: dict[str, Any]) -> None:
                 {"epoch": epoch, "val_dice": epoch / 100, "epoch_seconds": end - start, "finished_at": end},
                 checkpoint=tune.Checkpoint.from_directory(d),
             )
-        rows.append({"trial": log.stem, "epoch": epoch, "start": start, "end": end, "back": time.time()})
-        log.write_text(json.dumps({"entry": entry, "rows": rows}))
+        if log is not None:
+            rows.append({"trial": log.stem, "epoch": epoch, "start": start, "end": end, "back": time.time()})
+            log.write_text(json.dumps({"entry": entry, "rows": rows}))
 
 
 def cpu_ticks() -> tuple[int, int] | None:

@@ -40,21 +40,15 @@ class CountingHandler(WholeFileLocalHandler):
         return super().open_output_stream(path, metadata)
 
 
-def trial(config: dict[str, Any]) -> None:
-    """An epoch of sleep, then a checkpoint and a report, as a distmis trial reports."""
-    from ray import tune
-
-    for epoch in range(1, config["epochs"] + 1):
-        time.sleep(config["epoch_seconds"])  # the workload: an epoch's training, not a wait on anything
-        with tempfile.TemporaryDirectory() as d:
-            (Path(d) / "state.txt").write_text(str(epoch))
-            tune.report({"epoch": epoch, "val_dice": epoch / 100}, checkpoint=tune.Checkpoint.from_directory(d))
-
-
 def run(concurrency: int, epoch_seconds: float, epochs: int) -> dict[str, float]:
+    import ray.cloudpickle
+    import tune_driver_load  # the sleeping trial, beside this script
     from ray import tune
 
     from distmis.raysession import init_ray, shutdown_ray
+
+    # Ray's workers cannot import a benchmark script: the trial travels by value, as this one's would
+    ray.cloudpickle.register_pickle_by_value(tune_driver_load)
 
     tune_environment()
     SYNCS.clear()
@@ -62,8 +56,8 @@ def run(concurrency: int, epoch_seconds: float, epochs: int) -> dict[str, float]
     init_ray(None, num_cpus=concurrency)
     try:
         tuner = tune.Tuner(
-            tune.with_resources(trial, {"cpu": 1}),
-            param_space={"epochs": epochs, "epoch_seconds": epoch_seconds},
+            tune.with_resources(tune_driver_load.sleeping_trial, {"cpu": 1}),
+            param_space={"_epochs": epochs, "_sleep": epoch_seconds},
             tune_config=tune.TuneConfig(num_samples=concurrency, max_concurrent_trials=concurrency),
             run_config=tune.RunConfig(
                 name="tune",
