@@ -360,6 +360,18 @@ class ExperimentConfig(_Section):
                 raise ValueError(f"{'.'.join(str(p) for p in loc)}: {message}")
         return self
 
+    def planned_trials(self) -> int:
+        """The trials a search runs: its points or its grid where it has them (``num_samples``
+        counts only a sampler's), so that what a search announces is what it runs."""
+        from distmis.space import grid_points
+
+        s = self.search
+        if s.algorithm == "points":
+            return len(s.points or [])
+        if s.algorithm == "grid":
+            return len(grid_points(self.space))
+        return s.num_samples
+
     def to_yaml_dict(self) -> dict[str, Any]:
         """A plain dict that round-trips through YAML and this model."""
         return self.model_dump(mode="json", exclude_none=False)

@@ -101,6 +101,27 @@ def test_cli_validate_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert err.startswith("distmis: error:") and "did you mean 'epochs'" in err
 
 
+@pytest.mark.parametrize(
+    ("search", "trials"),
+    [
+        ("{algorithm: optuna, num_samples: 5}", 5),
+        ("{algorithm: grid, num_samples: 5}", 4),  # lr x norm: the grid runs its points, whatever num_samples
+        (
+            "{algorithm: points, points: [{lr: 0.001, norm: batch}, {lr: 0.01, norm: batch}, {lr: 0.01, norm: group}]}",
+            3,
+        ),
+    ],
+)
+def test_validate_announces_the_trials_a_search_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], search: str, trials: int
+) -> None:
+    text = "name: t\nspace:\n  lr: {choice: [0.001, 0.01]}\n  norm: {choice: [batch, group]}\nsearch: " + search + "\n"
+    path = write(tmp_path, text)
+    assert load_config(path).planned_trials() == trials
+    assert main(["validate", str(path)]) == 0
+    assert f", {trials} trials, " in capsys.readouterr().out
+
+
 def test_short_and_dotted_names() -> None:
     assert resolve_param_name("lr") == "optimizer.lr"
     assert resolve_param_name("norm") == "model.norm"

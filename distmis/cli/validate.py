@@ -91,7 +91,7 @@ def describe_space(config: ExperimentConfig) -> str:
         scheduler += f"; {MODEL_SAMPLERS[s.algorithm]} models only the trials it lets train every epoch"
     algorithm = _describe_sampler(s) if s.algorithm in MODEL_SAMPLERS else s.algorithm
     lines = [
-        f"search '{config.name}': {algorithm}, {s.num_samples} samples, {scheduler}, "
+        f"search '{config.name}': {algorithm}, {config.planned_trials()} trials, {scheduler}, "
         f"metric {s.metric} ({s.mode}), parallelism {config.parallelism.mode}"
     ]
     for name in ordered_params(config.space):

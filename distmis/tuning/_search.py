@@ -286,7 +286,7 @@ def _run_trials(
     p = config.parallelism
     print(
         f"distmis: search '{config.name}' -> {plan.out}  ({config.search.algorithm}, "
-        f"{'resuming' if plan.resume else f'{config.search.num_samples} samples'}, up to {concurrency} concurrent "
+        f"{'resuming' if plan.resume else f'{config.planned_trials()} trials'}, up to {concurrency} concurrent "
         f"trial(s) of {per_trial['CPU']:g} CPU / {per_trial['GPU']:g} GPU, {p.mode} parallelism, "
         f"{p.workers_per_trial} worker(s) per trial)",
         flush=True,

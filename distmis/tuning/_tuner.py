@@ -88,15 +88,6 @@ def scheduler(config: ExperimentConfig) -> Any:
     )
 
 
-def planned_trials(config: ExperimentConfig) -> int:
-    s = config.search
-    if s.algorithm == "points":
-        return len(s.points or [])
-    if s.algorithm == "grid":
-        return len(grid_points(config.space))
-    return s.num_samples
-
-
 def build_tuner(
     config: ExperimentConfig,
     out: Path,
@@ -177,7 +168,7 @@ def _callbacks(
                 metric=s.metric,
                 mode=s.mode,
                 epochs=config.train.epochs,
-                trials=planned_trials(config),
+                trials=config.planned_trials(),
                 concurrency=concurrency,
                 label=label,
             )
@@ -208,7 +199,6 @@ def unfinished_trials(grid: ResultGrid) -> int:
 __all__ = [
     "build_tuner",
     "fit_quietly",
-    "planned_trials",
     "scheduler",
     "searcher",
     "trial_context",
