@@ -74,3 +74,21 @@ def test_the_readme_is_a_front_page(name: str) -> None:
     assert len(text.splitlines()) <= 150
     for link in re.findall(r"\]\((docs/[^)#]+)", text):
         assert (REPO / link).is_file(), link
+
+
+def test_no_page_repeats_a_heading() -> None:
+    """A heading written twice is a section pasted twice, and its second anchor (``#x_1``) is one no
+    link means; mkdocs builds it without a warning."""
+    repeated = []
+    for page in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        lines = page.read_text(encoding="utf-8").splitlines()
+        fence = False
+        seen: set[str] = set()
+        for line in lines:
+            fence ^= line.lstrip().startswith("```")
+            heading = re.match(r"#{1,6} (.+)", line) if not fence else None
+            if heading and heading.group(1).strip() in seen:
+                repeated.append(f"{page.name}: {heading.group(1).strip()}")
+            elif heading:
+                seen.add(heading.group(1).strip())
+    assert repeated == []
