@@ -50,6 +50,7 @@ from distmis.simulate import (
     fmt_stat,
     on_clock,
     read_curves,
+    read_tables,
     simulate_search,
     time_to,
     typed_for,
@@ -368,7 +369,7 @@ def main() -> None:
     root = Path(a.real or REPO / "runs" / f"bench-search-{a.task}")
     methods = [m.strip() for m in a.methods.split(",") if m.strip()]
     real = analyse(real_runs(root, methods, metric, mode), target, sign, horizon_from="grid")
-    table, clock = on_clock(read_curves(a.curves), a.clock_of)
+    table, clocks = on_clock(read_tables(a.curves), a.clock_of)
     sim_runs, notes, surrogates = simulated_runs(base, table, methods, a.sim_seeds, a.samples, a.task)
     # the simulated runs read at the real runs' horizon: fractions of the real grid's wall time
     sim = analyse(sim_runs, target, sign, horizon=(real["horizon_seconds"], real["horizon"]))
@@ -377,7 +378,7 @@ def main() -> None:
     own = own_replays(base, real, root, methods, a.samples, a.task, sign) if a.own_curves else None
     text = (
         compare(real, sim, noise)
-        + (f"\n\n{clock.line()}" if clock else "")
+        + "".join(f"\n\n{clock.line()}" for clock in clocks)
         + (f"\n\n{_own_lines(own)}" if own is not None else "")
         + "\n\nthe surrogate on the real runs' own configurations (best value per trial):\n"
         + "\n".join(
@@ -404,7 +405,7 @@ def main() -> None:
                     "simulation": notes,
                     "surrogate": held_out,
                     "curves": a.curves,
-                    "clock": clock.as_dict() if clock else None,
+                    "clock": [clock.as_dict() for clock in clocks],
                     "own_curves": own,
                 }
             ),

@@ -41,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="finished search director(ies) or curve table(s) on the hardware to simulate: the curves' first "
         "epochs, later epochs and start-ups are each divided by their median ratio to these (epochs matched "
-        "by architecture: filters, depth, batch size, norm), and the seconds a trial reports between two "
+        "by architecture: filters, depth, batch size, norm; each --curves by its own ratios), and the seconds a trial reports between two "
         "epochs are theirs; default: the curves' own seconds (where they recorded none between two epochs, "
         "distmis's measured distmis.simulate.REPORT_SECONDS, printed in the output's header)",
     )

@@ -10,7 +10,7 @@ from distmis.simulate._engine import (
     StartupCosts,
     simulate_search,
 )
-from distmis.simulate._from_search import curves_of_search, read_curves, report_seconds
+from distmis.simulate._from_search import curves_of_search, joined, read_curves, read_tables, report_seconds
 from distmis.simulate._report import analyse, finite_json, fmt_stat, plot, quartiles, table_text, time_to
 from distmis.simulate._run import run_simulation
 from distmis.simulate._surrogate import LeaveOneOut, NearestCurves
@@ -34,12 +34,14 @@ __all__ = [
     "curves_of_search",
     "finite_json",
     "fmt_stat",
+    "joined",
     "later_epoch_seconds",
     "on_clock",
     "plot",
     "quartiles",
     "read_curves",
     "read_table",
+    "read_tables",
     "report_seconds",
     "run_simulation",
     "simulate_search",

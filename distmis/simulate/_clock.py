@@ -6,7 +6,9 @@ that clock. A user with a table recorded elsewhere (the shipped ones were record
 and a short search of their own on their cluster can replay the table on their clock.
 
 The first epoch (which traces the steps), the later epochs and the start-ups do not slow down
-together (docs/simulate.md, "The clock"), so each is retimed by its own median ratio. An epoch's
+together (docs/simulate.md, "The clock"), so each is retimed by its own median ratio, and each
+curve table or search given as curves by its own: two recordings made on two days ran at two
+speeds, and one ratio for both would leave each off by half their difference. An epoch's
 cost is matched architecture by architecture (:data:`COST_PARAMS`), because a search at another
 depth or batch size says nothing about this one's epochs. The seconds a trial reports between
 two epochs are taken as they are from the other searches, not as a ratio: a checkpoint written
@@ -25,7 +27,7 @@ from pathlib import Path
 
 from distmis.simulate._curves import Curve, CurveError, CurveTable, cell
 from distmis.simulate._engine import StartupCosts
-from distmis.simulate._from_search import read_curves
+from distmis.simulate._from_search import joined, read_curves
 
 #: the parameters that set what an epoch costs (the others change what it learns, not its seconds)
 COST_PARAMS = ("filters", "depth", "batch_size_per_replica", "norm")
@@ -78,10 +80,12 @@ class Clock:
     source: str
     #: seconds, not a ratio: theirs between two epochs (median); None where they did not record it
     report_seconds: float | None = None
+    #: the curves this clock retimes (a table or search given as curves); empty where not named
+    curves: str = ""
 
     @classmethod
-    def between(cls, table: list[Curve], theirs: list[Curve], source: str) -> Clock:
-        """The ratios of ``table`` to ``theirs``.
+    def between(cls, table: list[Curve], theirs: list[Curve], source: str, curves: str = "") -> Clock:
+        """The ratios of ``table`` (named ``curves``) to ``theirs``.
 
         Raises:
             CurveError: no trial of ``theirs`` shares an architecture with the table.
@@ -90,7 +94,7 @@ class Clock:
         if first is None:
             names = ", ".join(COST_PARAMS)
             raise CurveError(
-                f"{source}: no trial shares an architecture ({names}) with the curves; "
+                f"{source}: no trial shares an architecture ({names}) with the curves{f' of {curves}' if curves else ''}; "
                 "expected searches of the same models"
             )
         later = _median_ratio(table, theirs, later_epoch_seconds)
@@ -101,7 +105,7 @@ class Clock:
             for k in STARTUP_FIELDS
         }
         report = other.report if other.report_recorded else None
-        return cls(first, first if later is None else later, startup, source, report)
+        return cls(first, first if later is None else later, startup, source, report, curves)
 
     def retimed(self, curves: list[Curve]) -> list[Curve]:
         """Copies of ``curves`` with every second on this clock (the values are untouched)."""
@@ -131,7 +135,8 @@ class Clock:
     def line(self) -> str:
         starts = ", ".join(f"{k} {v:.2f}" for k, v in self.startup.items())
         return (
-            f"clock of {self.source}: the curves' seconds / theirs: first epoch {self.first_epoch:.2f}, "
+            f"clock of {self.source}: the seconds of {self.curves or 'the curves'} / theirs: "
+            f"first epoch {self.first_epoch:.2f}, "
             f"later epochs {self.later_epochs:.2f}, start-ups {starts} (each divided out)"
             + ("" if self.report_seconds is None else f"; theirs between two epochs: {self.report_seconds:.2f} s")
         )
@@ -140,20 +145,22 @@ class Clock:
         return dataclasses.asdict(self)
 
 
-def on_clock(table: CurveTable, clock_of: list[Path] | None) -> tuple[CurveTable, Clock | None]:
-    """``table`` on the clock of the searches or tables ``clock_of`` (as recorded without it), and that clock.
+def on_clock(tables: list[CurveTable], clock_of: list[Path] | None) -> tuple[CurveTable, list[Clock]]:
+    """``tables`` joined, each on the clock of the searches or tables ``clock_of`` (as recorded
+    without it) by its own ratios, and those clocks (none without ``clock_of``).
 
     Raises:
-        CurveError: ``clock_of`` is not curves, or shares no architecture with the table.
+        CurveError: ``clock_of`` is not curves, or shares no architecture with one of the tables.
     """
     if not clock_of:
-        return table, None
+        return joined(tables), []
     try:
         theirs = read_curves(list(clock_of))
-        clock = Clock.between(table.curves, theirs.curves, theirs.source)
+        clocks = [Clock.between(t.curves, theirs.curves, theirs.source, t.source) for t in tables]
     except CurveError as e:
         raise CurveError(f"--clock-of {e}") from None
-    return CurveTable(clock.retimed(table.curves), table.source), clock
+    retimed = [CurveTable(clock.retimed(t.curves), t.source) for clock, t in zip(clocks, tables, strict=True)]
+    return joined(retimed), clocks
 
 
 __all__ = ["COST_PARAMS", "Clock", "architecture", "curve_ratios", "later_epoch_seconds", "on_clock"]

@@ -159,13 +159,14 @@ def report_seconds(epoch_seconds: list[float], finished_at: list[float]) -> list
     return [*gaps, None] if finished_at else []
 
 
-def read_curves(sources: list[str | Path]) -> CurveTable:
-    """One table from curve-table files and finished search directories, in the order given."""
+def read_tables(sources: list[str | Path]) -> list[CurveTable]:
+    """Each curve-table file or finished search directory as a table of its own, in the order
+    given; with more than one, each curve's trial is prefixed by its source's index (``1:...``), so
+    that two recordings' trials keep apart when :func:`joined`."""
     from distmis.simulate._curves import read_table
 
-    curves: list[Curve] = []
-    names: list[str] = []
-    for source in sources:
+    tables: list[CurveTable] = []
+    for index, source in enumerate(sources):
         path = Path(source)
         if path.is_dir():
             table, left_out = curves_of_search(path)
@@ -175,12 +176,21 @@ def read_curves(sources: list[str | Path]) -> CurveTable:
             table = read_table(path)
         else:
             raise CurveError(f"{path}: no such curve table or search directory")
-        prefix = f"{len(names)}:" if len(sources) > 1 else ""
-        for c in table.curves:
-            c.trial = prefix + c.trial
-        curves.extend(table.curves)
-        names.append(str(path))
-    return CurveTable(curves, ", ".join(names))
+        if len(sources) > 1:
+            for c in table.curves:
+                c.trial = f"{index}:{c.trial}"
+        tables.append(CurveTable(table.curves, str(path)))
+    return tables
 
 
-__all__ = ["curves_of_search", "read_curves", "report_seconds"]
+def joined(tables: list[CurveTable]) -> CurveTable:
+    """One table of the curves of ``tables``, in order."""
+    return CurveTable([c for t in tables for c in t.curves], ", ".join(t.source for t in tables))
+
+
+def read_curves(sources: list[str | Path]) -> CurveTable:
+    """One table from curve-table files and finished search directories, in the order given."""
+    return joined(read_tables(sources))
+
+
+__all__ = ["curves_of_search", "joined", "read_curves", "read_tables", "report_seconds"]

@@ -27,7 +27,7 @@ from distmis.simulate._engine import (
     StartupCosts,
     simulate_search,
 )
-from distmis.simulate._from_search import read_curves
+from distmis.simulate._from_search import read_tables
 from distmis.simulate._report import analyse, finite_json, plot, quartiles, table_text
 from distmis.simulate._surrogate import LeaveOneOut, NearestCurves
 
@@ -122,7 +122,7 @@ def run_simulation(
     driver = _checked_numbers(workers, seeds, samples, driver_seconds)
     inputs = _labelled("search file", search_files) | _labelled("curves", curves) | _labelled("clock", clock_of or [])
     out = check_output(out, option="--out", inputs=inputs)
-    table, clock = on_clock(read_curves(list(curves)), clock_of)
+    table, clocks = on_clock(read_tables(list(curves)), clock_of)
     methods = [method_of(p, table, workers=workers, samples=samples, driver_seconds=driver) for p in search_files]
     names = [m.name for m in methods]
     if len(set(names)) != len(names):
@@ -139,7 +139,7 @@ def run_simulation(
         metric = first.config.search.metric
         text = (
             _header(methods, table, workers, seeds, seconds)
-            + (f"\n{clock.line()}" if clock else "")
+            + "".join(f"\n{clock.line()}" for clock in clocks)
             + "\n\n"
             + table_text(analysis, metric, baseline=first.name)
         )
@@ -148,7 +148,7 @@ def run_simulation(
             "seeds": seeds,
             "curves": [str(c) for c in curves],
             "metric": metric,
-            "clock": clock.as_dict() if clock else None,
+            "clock": [clock.as_dict() for clock in clocks],
             "simulation_seconds": seconds,
             "methods_detail": {
                 m.name: {

@@ -22,7 +22,9 @@ from distmis.simulate import (
     NearestCurves,
     StartupCosts,
     curves_of_search,
+    on_clock,
     read_table,
+    read_tables,
     simulate_search,
     typed_for,
     write_table,
@@ -486,7 +488,7 @@ def test_curves_replayed_on_another_clock_take_its_seconds(tmp_path: Path, table
     import json
 
     summary = json.loads((out / "summary.json").read_text())
-    clock = summary["clock"]
+    (clock,) = summary["clock"]
     assert (clock["first_epoch"], clock["later_epochs"]) == (pytest.approx(1 / 3), pytest.approx(1 / 2))
     assert clock["startup"] == {
         "slot": pytest.approx(0.25),
@@ -506,12 +508,28 @@ def test_curves_replayed_on_another_clock_take_its_seconds(tmp_path: Path, table
     same = tmp_path / "same"
     assert main([*argv, "--clock-of", str(table_file), "--out", str(same)]) == 0
     same_summary = json.loads((same / "summary.json").read_text())
-    assert same_summary["clock"]["later_epochs"] == 1.0 and same_summary["clock"]["first_epoch"] == 1.0
+    (same_clock,) = same_summary["clock"]
+    assert same_clock["later_epochs"] == 1.0 and same_clock["first_epoch"] == 1.0
     # neither side recorded the seconds between epochs: distmis's measured ones stand for them
-    assert same_summary["clock"]["report_seconds"] is None
+    assert same_clock["report_seconds"] is None
     assert same_summary["methods_detail"]["grid"]["startup_costs"]["report"] == REPORT_SECONDS
     plain = 0.5 + n * EPOCHS + n * (EPOCHS - 1) * REPORT_SECONDS + (n - 1) * 0.25
     assert plain <= same_summary["methods"]["grid"]["seeds"]["0"]["wall"] <= plain + decided + 1.0
+
+
+def test_each_table_of_curves_takes_the_clock_by_its_own_ratios(tmp_path: Path, table_file: Path) -> None:
+    """Two recordings of one design on two days (the second 2x slower in later epochs): on the
+    first's clock each is retimed by its own ratios, so both replay the same seconds; one ratio for
+    both would leave each half-way off."""
+    slow = write_table(_slower(_table(), first=3.0, later=2.0, startup=4.0, report=0.3), tmp_path / "slow.csv")
+    joined_table, clocks = on_clock(read_tables([table_file, slow]), [table_file])
+    assert [c.curves for c in clocks] == [str(table_file), str(slow)]
+    assert [(c.first_epoch, c.later_epochs) for c in clocks] == [(1.0, 1.0), (pytest.approx(3.0), pytest.approx(2.0))]
+    n = len(_table())
+    assert len(joined_table.curves) == 2 * n and joined_table.curves[n].trial.startswith("1:")
+    for fast, slowed in zip(joined_table.curves[:n], joined_table.curves[n:], strict=True):
+        assert slowed.epoch_seconds == pytest.approx(fast.epoch_seconds)
+        assert slowed.startup_seconds == pytest.approx(fast.startup_seconds)
 
 
 def test_a_clock_of_other_models_is_one_error_line_and_nothing_written(
