@@ -1,10 +1,12 @@
 """Record a learning-curve table for ``distmis simulate``: a space-filling design trained to the end.
 
 A scrambled Sobol design over the task's space, each configuration one trial of a real
-``distmis tune`` (algorithm ``points``, no scheduler, so every trial trains every epoch), and a
-second training seed for the first ``--repeats`` configurations (seed noise). The search runs in
+``distmis tune`` (algorithm ``points``, no scheduler, so every trial trains every epoch), and
+further training seeds for the first ``--repeats`` configurations (seed noise). The search runs in
 ``OUT/search``; an interrupted recording goes on with ``distmis tune --resume`` where it stopped,
-keeping every trial it finished. The table is then written from that search (``--table``).
+keeping every trial it finished. The table is then written from that search (``--table``). More
+training seeds of a recorded design are a second recording (``--seeds 3,4,5``), its table given
+to ``distmis simulate`` beside the first.
 
 Tasks:
   anatomy32   grey and white matter of the MNI152 brain (tests/_support/anatomy.py), 20 subjects at 32^3,
@@ -15,9 +17,11 @@ Tasks:
 
     python benchmarks/record_curves.py --task anatomy32 --configs 256 --repeats 48 \
         --table benchmarks/curves/anatomy32.csv.gz
-    python benchmarks/record_curves.py --task quickstart --configs 64 --repeats 96 --extra-seeds 2 \
+    python benchmarks/record_curves.py --task quickstart --configs 64 --repeats 96 --seeds 0,1,2 \
         --out runs/curves-quickstart-3seeds --table benchmarks/curves/quickstart.csv.gz
-    python benchmarks/record_curves.py --task anatomy32 --with-grid --configs 0 --repeats 24 --extra-seeds 2 \
+    python benchmarks/record_curves.py --task quickstart --configs 64 --repeats 96 --seeds 3,4,5 \
+        --out runs/curves-quickstart-seeds3-5 --table benchmarks/curves/quickstart-seeds3-5.csv.gz
+    python benchmarks/record_curves.py --task anatomy32 --with-grid --configs 0 --repeats 24 --seeds 0,1,2 \
         --out runs/curves-anatomy32-grid --table benchmarks/curves/anatomy32-grid.csv.gz
 """
 
@@ -98,12 +102,12 @@ def design(
     configs: int,
     repeats: int,
     seed: int,
-    extra_seeds: int = 1,
+    seeds: tuple[int, ...] = (0, 1),
     *,
     with_grid: bool = False,
 ) -> list[dict[str, Any]]:
-    """The trials to record, in order: every configuration with training seed 0, then the first
-    ``repeats`` again with seeds 1 .. ``extra_seeds``. ``with_grid`` puts the grid
+    """The trials to record, in order: every configuration with the first training seed of
+    ``seeds``, then the first ``repeats`` again with each of the others. ``with_grid`` puts the grid
     ``search_efficiency.py`` runs on the task first (always on quickstart), so that a simulated
     grid replays its own points rather than their neighbours."""
     first: list[dict[str, Any]] = []
@@ -112,8 +116,19 @@ def design(
 
         first = shuffled_grid(task_spaces(task, {"space": space})[0], seed)
     points = first + (sobol_points(space, configs, seed) if configs else [])
-    again = [{**p, "seed": s} for s in range(1, extra_seeds + 1) for p in points[:repeats]]
-    return [{**p, "seed": 0} for p in points] + again
+    again = [{**p, "seed": s} for s in seeds[1:] for p in points[:repeats]]
+    return [{**p, "seed": seeds[0]} for p in points] + again
+
+
+def seed_list(text: str) -> tuple[int, ...]:
+    """``--seeds``: distinct non-negative integers, comma-separated."""
+    try:
+        seeds = tuple(int(s) for s in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if min(seeds) < 0 or len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"expected distinct seeds >= 0, got {text!r}")
+    return seeds
 
 
 def record(doc: dict[str, Any], root: Path) -> Path:
@@ -144,7 +159,13 @@ def main() -> None:
     p.add_argument("--configs", type=int, default=256, help="Sobol configurations (a power of 2 keeps its balance)")
     p.add_argument("--with-grid", action="store_true", help="record search_efficiency.py's grid of the task first")
     p.add_argument("--repeats", type=int, default=48, help="configurations trained again with other seeds")
-    p.add_argument("--extra-seeds", type=int, default=1, help="seeds 1..N for the repeated configurations")
+    p.add_argument(
+        "--seeds",
+        type=seed_list,
+        default=(0, 1),
+        help="training seeds, comma-separated: every configuration with the first, the first --repeats with "
+        "each of the others (default 0,1)",
+    )
     p.add_argument("--epochs", type=int, default=None, help="train.epochs (default: the task's)")
     p.add_argument("--seed", type=int, default=0, help="the design's scrambling seed")
     p.add_argument("--concurrency", type=int, default=2)
@@ -157,7 +178,7 @@ def main() -> None:
     os.environ.setdefault("DISTMIS_DATA_HOME", str(root / "data"))
     base = anatomy32_base(root) if a.task == "anatomy32" else quickstart_base(root)
     space = dict(base["space"])
-    points = design(a.task, space, a.configs, a.repeats, a.seed, a.extra_seeds, with_grid=a.with_grid)
+    points = design(a.task, space, a.configs, a.repeats, a.seed, a.seeds, with_grid=a.with_grid)
     doc = dict(base)
     if a.epochs:
         doc["train"] = {**doc["train"], "epochs": a.epochs}
@@ -169,18 +190,20 @@ def main() -> None:
         "max_concurrent_trials": a.concurrency,
         "max_failures": 0,
     }
-    doc["space"] = {**space, "seed": {"choice": list(range(a.extra_seeds + 1))}}
+    doc["space"] = {**space, "seed": {"choice": sorted(a.seeds)}}
     doc["parallelism"] = {"mode": "experiment", "workers_per_trial": 1, "cpus_per_worker": 1, "gpus_per_worker": 0}
     search = record(doc, root)
     if a.table:
         from distmis.simulate import curves_of_search, write_table
 
         table, left_out = curves_of_search(search)
-        path = write_table(table.curves, a.table)
-        configs = len({tuple(sorted((k, str(v)) for k, v in c.params.items())) for c in table.curves})
+        curves = table.curves
+        path = write_table(curves, a.table)
+        configs = len({tuple(sorted((k, str(v)) for k, v in c.params.items())) for c in curves})
         print(
-            f"{path}: {len(table.curves)} curves of {configs} configurations ({left_out} failed or diverged, "
-            f"left out), {path.stat().st_size / 1024:.0f} KiB",
+            f"{path}: {len(curves)} curves of {configs} configurations, training seeds "
+            f"{sorted({c.training_seed for c in curves})} ({left_out} failed or diverged, left out), "
+            f"{path.stat().st_size / 1024:.0f} KiB",
             flush=True,
         )
 
