@@ -197,12 +197,11 @@ def main() -> None:
         from distmis.simulate import curves_of_search, write_table
 
         table, left_out = curves_of_search(search)
-        curves = table.curves
-        path = write_table(curves, a.table)
-        configs = len({tuple(sorted((k, str(v)) for k, v in c.params.items())) for c in curves})
+        path = write_table(table.curves, a.table)
+        configs = len({tuple(sorted((k, str(v)) for k, v in c.params.items())) for c in table.curves})
         print(
-            f"{path}: {len(curves)} curves of {configs} configurations, training seeds "
-            f"{sorted({c.training_seed for c in curves})} ({left_out} failed or diverged, left out), "
+            f"{path}: {len(table.curves)} curves of {configs} configurations, training seeds "
+            f"{sorted({c.training_seed for c in table.curves})} ({left_out} failed or diverged, left out), "
             f"{path.stat().st_size / 1024:.0f} KiB",
             flush=True,
         )
