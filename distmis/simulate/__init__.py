@@ -1,13 +1,23 @@
 """Searches simulated on a virtual clock: recorded learning curves replayed through distmis's own searcher and scheduler."""
 
-from distmis.simulate._clock import COST_PARAMS, Clock, architecture, curve_ratios, later_epoch_seconds, on_clock
-from distmis.simulate._curves import Curve, CurveError, CurveTable, read_table, typed_for, write_table
+from distmis.simulate._clock import Clock, curve_ratios, later_epoch_seconds, on_clock
+from distmis.simulate._curves import (
+    COST_PARAMS,
+    Curve,
+    CurveError,
+    CurveTable,
+    architecture,
+    read_table,
+    typed_for,
+    write_table,
+)
 from distmis.simulate._engine import (
     DRIVER_SECONDS_PER_RESULT,
     DRIVER_SECONDS_PER_TRIAL,
     REPORT_SECONDS,
     SearchRun,
     StartupCosts,
+    cold_first_epoch_seconds,
     simulate_search,
 )
 from distmis.simulate._from_search import curves_of_search, joined, read_curves, read_tables, report_seconds
@@ -30,6 +40,7 @@ __all__ = [
     "StartupCosts",
     "analyse",
     "architecture",
+    "cold_first_epoch_seconds",
     "curve_ratios",
     "curves_of_search",
     "finite_json",

@@ -25,19 +25,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from distmis.simulate._curves import Curve, CurveError, CurveTable, cell
+from distmis.simulate._curves import COST_PARAMS, Curve, CurveError, CurveTable, architecture
 from distmis.simulate._engine import StartupCosts
 from distmis.simulate._from_search import joined, read_curves
 
-#: the parameters that set what an epoch costs (the others change what it learns, not its seconds)
-COST_PARAMS = ("filters", "depth", "batch_size_per_replica", "norm")
 #: the engine's start-up costs a clock retimes (``StartupCosts``' fields)
 STARTUP_FIELDS = ("slot", "cold", "warm", "search")
-
-
-def architecture(curve: Curve) -> tuple[str, ...]:
-    """The values of :data:`COST_PARAMS` (empty where the search did not vary one: the same cost throughout)."""
-    return tuple(cell(curve.params.get(name)) for name in COST_PARAMS)
 
 
 def later_epoch_seconds(curve: Curve) -> float | None:
@@ -163,4 +156,4 @@ def on_clock(tables: list[CurveTable], clock_of: list[Path] | None) -> tuple[Cur
     return joined(retimed), clocks
 
 
-__all__ = ["COST_PARAMS", "Clock", "architecture", "curve_ratios", "later_epoch_seconds", "on_clock"]
+__all__ = ["Clock", "curve_ratios", "later_epoch_seconds", "on_clock"]

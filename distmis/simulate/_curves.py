@@ -58,6 +58,8 @@ FIXED_COLUMNS = (
     "peak_memory_bytes",
     "search_fixed_seconds",
 )
+#: the parameters that set what an epoch costs (the others change what it learns, not its seconds)
+COST_PARAMS = ("filters", "depth", "batch_size_per_replica", "norm")
 
 
 class CurveError(ConfigError):
@@ -134,6 +136,11 @@ def parse_param(text: str, spec: ParamSpec | None) -> Any:
     except ValueError:
         return text
     return int(number) if number.is_integer() and "." not in text and "e" not in text.lower() else number
+
+
+def architecture(curve: Curve) -> tuple[str, ...]:
+    """The values of :data:`COST_PARAMS` (empty where the search did not vary one: the same cost throughout)."""
+    return tuple(cell(curve.params.get(name)) for name in COST_PARAMS)
 
 
 # --------------------------------------------------------------------------- reading a table file
@@ -332,9 +339,11 @@ def is_table_file(path: Path) -> bool:
 
 
 __all__ = [
+    "COST_PARAMS",
     "Curve",
     "CurveError",
     "CurveTable",
+    "architecture",
     "cell",
     "is_table_file",
     "parse_param",

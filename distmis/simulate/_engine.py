@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from distmis.config import ExperimentConfig
-from distmis.simulate._curves import Curve
+from distmis.simulate._curves import Curve, architecture
 from distmis.simulate._surrogate import NearestCurves
 from distmis.space import GRID_KEY, sampled_params
 
@@ -71,6 +71,10 @@ class StartupCosts:
         so a driver queueing decisions at scale still holds it.
     report_recorded: whether ``report`` is the curves' own median, or :data:`REPORT_SECONDS`
         because they did not record it (what a simulation's header says).
+    cold_first_epoch: the seconds a fresh slot's first trial's first epoch takes beyond a warm
+        trial's first epoch of the same architecture (:func:`cold_first_epoch_seconds`). A recorded
+        curve's first epoch is cold or warm as its slot was in the recording, and a simulated
+        trial's slot may be the other: the engine adds or takes away this much.
     driver_per_result, driver_per_trial: the Tune driver's own serial work after a result (its
         bookkeeping, the callbacks) and for a trial's start and end. It keeps the driver from its
         next decision, not the trial it was for: that trial's recorded seconds already hold its own
@@ -85,6 +89,7 @@ class StartupCosts:
     driver_per_result: float = 0.0
     driver_per_trial: float = 0.0
     report_recorded: bool = True
+    cold_first_epoch: float = 0.0
 
     @classmethod
     def of_curves(
@@ -115,7 +120,39 @@ class StartupCosts:
             driver_per_result=driver_per_result,
             driver_per_trial=driver_per_trial,
             report_recorded=bool(gaps),
+            cold_first_epoch=cold_first_epoch_seconds(curves),
         )
+
+    def first_epoch(self, curve: Curve, *, cold_slot: bool) -> float:
+        """``curve``'s first epoch on a fresh slot (``cold_slot``) or a reused one."""
+        recorded = curve.epoch_seconds[0]
+        if cold_slot and curve.warm:
+            return recorded + self.cold_first_epoch
+        if not cold_slot and not curve.warm:
+            return max(0.0, recorded - self.cold_first_epoch)
+        return recorded
+
+
+def cold_first_epoch_seconds(curves: list[Curve]) -> float:
+    """The median of each cold trial's first epoch less the median first epoch of the warm trials of
+    its architecture; 0 where no architecture has both, or where that median is below 0.
+
+    A fresh process's first epoch sets up TensorFlow's runtime (its thread pools, and on a GPU the
+    device's context, cuDNN's handles and autotuning), which a reused slot's trials find ready. It
+    is a cost per process, not per trial, so the engine charges it to each fresh slot's first trial
+    whichever curve that trial replays. A median below 0 is the shared cores' noise: a process
+    does not get faster by being new.
+    """
+    warm_firsts: dict[tuple[str, ...], list[float]] = {}
+    for c in curves:
+        if c.warm and c.epochs:
+            warm_firsts.setdefault(architecture(c), []).append(c.epoch_seconds[0])
+    extra = [
+        c.epoch_seconds[0] - float(np.median(warm_firsts[a]))
+        for c in curves
+        if not c.warm and c.epochs and (a := architecture(c)) in warm_firsts
+    ]
+    return max(0.0, float(np.median(extra))) if extra else 0.0
 
 
 @dataclass
@@ -233,7 +270,11 @@ class _Simulation:
             self.driver.occupy(self.costs.driver_per_trial)
             self.starts.append(started)
             self.run.trials += 1
-            first_epoch = started + (self.costs.warm if warm else self.costs.cold) + trial.curve.epoch_seconds[0]
+            first_epoch = (
+                started
+                + (self.costs.warm if warm else self.costs.cold)
+                + self.costs.first_epoch(trial.curve, cold_slot=not warm)
+            )
             heapq.heappush(self.heap, (first_epoch, self.run.trials, trial))
 
     def _decide(self, trial: SimulatedTrial, result: dict[str, Any]) -> bool:
@@ -337,5 +378,6 @@ __all__ = [
     "SearchRun",
     "SimulatedTrial",
     "StartupCosts",
+    "cold_first_epoch_seconds",
     "simulate_search",
 ]

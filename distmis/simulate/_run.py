@@ -208,7 +208,8 @@ def _header(methods: list[Method], table: CurveTable, workers: int, seeds: int, 
         f"simulated {len(methods)} search(es) x {seeds} seed(s) on {workers} worker(s) in {seconds:.1f} s, "
         f"curves: {table.source} ({len(table.curves)} curves, {len(m.surrogate.keys)} configurations)",
         f"start-up (medians of the recorded trials): slot cold start {c.slot:.2f} s, first trial to its first epoch "
-        f"{c.cold:.2f} s, a trial on a warm slot {c.warm:.2f} s; the search's fixed cost before its first trial "
+        f"{c.cold:.2f} s, a trial on a warm slot {c.warm:.2f} s, a fresh slot's first epoch "
+        f"{c.cold_first_epoch:.2f} s longer than a warm one's; the search's fixed cost before its first trial "
         f"{c.search:.1f} s (not in the times below); between two epochs of a trial {c.report:.2f} s"
         + ("" if c.report_recorded else " (the curves did not record it: distmis's measured default)")
         + f"; the Tune driver's own work {c.driver_per_result * 1000:.0f} ms per result, "

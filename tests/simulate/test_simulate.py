@@ -21,6 +21,7 @@ from distmis.simulate import (
     Curve,
     NearestCurves,
     StartupCosts,
+    cold_first_epoch_seconds,
     curves_of_search,
     on_clock,
     read_table,
@@ -125,6 +126,47 @@ def test_a_grid_on_one_worker_takes_the_sum_of_its_trials(tmp_path: Path, table_
     assert expected <= run.wall <= expected + run.decision_seconds + 1e-6
     best = max(_value(lr, norm, EPOCHS, 0) for lr in LRS for norm in NORMS)
     assert max(v for _, v in run.events) in (pytest.approx(best, rel=1e-4), pytest.approx(best + 0.005, rel=1e-4))
+
+
+def test_a_fresh_slots_first_epoch_costs_what_the_recording_measured_whichever_curve_it_replays(
+    tmp_path: Path,
+) -> None:
+    """The two trials recorded on fresh slots took 1.5 s for their first epoch, the warm ones 1.0 s:
+    a fresh slot's first epoch costs 0.5 s more. Replayed one at a time, the first trial replays a
+    curve recorded cold (1.5 s, as recorded) and the second one recorded cold runs warm (1.0 s); on
+    ten workers every trial's slot is fresh and every first epoch takes 1.5 s."""
+    import dataclasses
+
+    curves = _table(report=0.0)
+    for c in curves:
+        c.epoch_seconds[0] = 1.0 if c.warm else 1.5
+    table = write_table(curves, tmp_path / "cold.csv.gz")
+    config, surrogate, costs = _prepared(_search(tmp_path, "grid", "grid"), table)
+    assert costs.cold_first_epoch == pytest.approx(0.5)
+    costs = dataclasses.replace(costs, driver_per_result=0.0, driver_per_trial=0.0)
+    n = len(grid_points(config.space))
+
+    one = simulate_search(config, surrogate, workers=1, costs=costs, seed=0)
+    # the cold start to epoch 1, every epoch 1 s, the first trial's first epoch 0.5 s more, warm start-ups
+    expected = 0.5 + n * EPOCHS * 1.0 + 0.5 + (n - 1) * 0.25
+    assert one.wall == pytest.approx(expected, abs=one.decision_seconds + 1e-6)
+
+    every = simulate_search(config, surrogate, workers=n, costs=costs, seed=0)
+    assert every.trials == n
+    ends = [b - a for a, b in every.intervals]
+    assert ends == pytest.approx([0.5 + 1.5 + (EPOCHS - 1) * 1.0] * n, abs=every.decision_seconds + 1e-6)
+
+
+def test_the_cold_first_epoch_is_compared_architecture_by_architecture_and_never_below_zero() -> None:
+    def curve(filters: int, warm: bool, first: float) -> Curve:
+        return Curve(f"{filters}-{warm}-{first}", 0, {"filters": filters}, warm, 0.1, epoch_seconds=[first, 1.0])
+
+    # 16 filters cost twice 8: a cold 8-filter trial compared with all warm trials would look fast
+    mixed = [curve(8, False, 1.4), curve(8, True, 1.0), curve(16, True, 2.0), curve(16, True, 2.2)]
+    assert cold_first_epoch_seconds(mixed) == pytest.approx(0.4)
+    assert cold_first_epoch_seconds([curve(8, False, 0.9), curve(8, True, 1.0)]) == 0.0
+    # no warm trial of the cold one's architecture: nothing to compare with
+    assert cold_first_epoch_seconds([curve(8, False, 3.0), curve(16, True, 1.0)]) == 0.0
 
 
 def test_the_seconds_a_trial_reports_between_epochs_are_added_to_each_of_its_epochs_but_the_last(
