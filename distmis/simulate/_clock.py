@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from distmis.simulate._curves import COST_PARAMS, Curve, CurveError, CurveTable, architecture
+from distmis.simulate._curves import COST_PARAMS, Curve, CurveError, CurveTable, architecture, architecture_medians
 from distmis.simulate._engine import StartupCosts
 from distmis.simulate._from_search import joined, read_curves
 
@@ -43,15 +42,16 @@ def curve_ratios(
 ) -> list[tuple[int, float]]:
     """(index, ratio) for each of the table's curves whose architecture ``theirs`` holds: its
     seconds over that architecture's median seconds in ``theirs``."""
-    by_arch: dict[tuple[str, ...], list[float]] = defaultdict(list)
-    for c in theirs:
-        if (s := seconds(c)) is not None and s > 0:
-            by_arch[architecture(c)].append(s)
-    medians = {k: statistics.median(v) for k, v in by_arch.items()}
+
+    def positive(c: Curve) -> float | None:
+        s = seconds(c)
+        return s if s is not None and s > 0 else None
+
+    medians = architecture_medians(theirs, positive)
     return [
         (i, s / medians[architecture(c)])
         for i, c in enumerate(table)
-        if architecture(c) in medians and (s := seconds(c)) is not None and s > 0
+        if architecture(c) in medians and (s := positive(c)) is not None
     ]
 
 

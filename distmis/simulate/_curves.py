@@ -34,7 +34,8 @@ import gzip
 import io
 import math
 import re
-from collections.abc import Iterable, Iterator
+import statistics
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -141,6 +142,21 @@ def parse_param(text: str, spec: ParamSpec | None) -> Any:
 def architecture(curve: Curve) -> tuple[str, ...]:
     """The values of :data:`COST_PARAMS` (empty where the search did not vary one: the same cost throughout)."""
     return tuple(cell(curve.params.get(name)) for name in COST_PARAMS)
+
+
+def architecture_medians(
+    curves: Iterable[Curve], seconds: Callable[[Curve], float | None]
+) -> dict[tuple[str, ...], float]:
+    """The median of ``seconds`` per :func:`architecture`, over the curves for which it is not None.
+
+    What a curve's cost is compared with: its own architecture's, because another depth or batch
+    size says nothing about its epochs. ``seconds`` says which curves count by answering None.
+    """
+    by_arch: dict[tuple[str, ...], list[float]] = {}
+    for c in curves:
+        if (s := seconds(c)) is not None:
+            by_arch.setdefault(architecture(c), []).append(s)
+    return {k: statistics.median(v) for k, v in by_arch.items()}
 
 
 # --------------------------------------------------------------------------- reading a table file

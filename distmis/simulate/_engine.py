@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from distmis.config import ExperimentConfig
-from distmis.simulate._curves import Curve, architecture
+from distmis.simulate._curves import Curve, architecture, architecture_medians
 from distmis.simulate._surrogate import NearestCurves
 from distmis.space import GRID_KEY, sampled_params
 
@@ -143,12 +143,9 @@ def cold_first_epoch_seconds(curves: list[Curve]) -> float:
     whichever curve that trial replays. A median below 0 is the shared cores' noise: a process
     does not get faster by being new.
     """
-    warm_firsts: dict[tuple[str, ...], list[float]] = {}
-    for c in curves:
-        if c.warm and c.epochs:
-            warm_firsts.setdefault(architecture(c), []).append(c.epoch_seconds[0])
+    warm_firsts = architecture_medians(curves, lambda c: c.epoch_seconds[0] if c.warm and c.epochs else None)
     extra = [
-        c.epoch_seconds[0] - float(np.median(warm_firsts[a]))
+        c.epoch_seconds[0] - warm_firsts[a]
         for c in curves
         if not c.warm and c.epochs and (a := architecture(c)) in warm_firsts
     ]
