@@ -21,6 +21,8 @@ Tasks:
         --out runs/curves-quickstart-3seeds --table benchmarks/curves/quickstart.csv.gz
     python benchmarks/record_curves.py --task quickstart --configs 64 --repeats 96 --seeds 3,4,5 \
         --out runs/curves-quickstart-seeds3-5 --table benchmarks/curves/quickstart-seeds3-5.csv.gz
+    python benchmarks/record_curves.py --task quickstart --configs 64 --repeats 96 --seeds 6,7,8 \
+        --out runs/curves-quickstart-seeds6-8 --table benchmarks/curves/quickstart-seeds6-8.csv.gz
     python benchmarks/record_curves.py --task anatomy32 --with-grid --configs 0 --repeats 24 --seeds 0,1,2 \
         --out runs/curves-anatomy32-grid --table benchmarks/curves/anatomy32-grid.csv.gz
 """
