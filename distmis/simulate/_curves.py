@@ -360,6 +360,7 @@ __all__ = [
     "CurveError",
     "CurveTable",
     "architecture",
+    "architecture_medians",
     "cell",
     "is_table_file",
     "parse_param",
