@@ -48,7 +48,13 @@ loss, dice, _ = trainer.train_epoch()
 after = trainer.model_weights()
 if trainer.worker_index == 0:
     np.savez(out, *before, *after)
-    json.dump({"loss": loss, "replicas": trainer.replicas, "global_batch": trainer.global_batch}, open(out + ".json", "w"))
+    with open(out + ".json", "w") as f:
+        json.dump({"loss": loss, "replicas": trainer.replicas, "global_batch": trainer.global_batch}, f)
+# end as distmis's commands do, without the interpreter's teardown: the epoch's one step leaves
+# patch reads in flight, and a read still running when the interpreter finalises can never take
+# the GIL again, so the training iterator's destructor would wait for it forever
+sys.stdout.flush(); sys.stderr.flush()
+os._exit(0)
 """
 
 
