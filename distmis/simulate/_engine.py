@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -165,6 +165,15 @@ class SimulatedTrial:
     status: str = "RUNNING"
 
 
+class Report(NamedTuple):
+    """One result as the scheduler was given it, and what it decided: ``CONTINUE`` or ``STOP``."""
+
+    trial_id: str
+    epoch: int
+    value: float  # the metric as reported, not signed
+    decision: str
+
+
 @dataclass
 class SearchRun:
     """One simulated search, in the shape ``benchmarks/search_efficiency.py`` reads from a real one."""
@@ -178,6 +187,9 @@ class SearchRun:
     decision_seconds: float
     stopped_early: int
     best_params: dict[str, Any] = field(default_factory=dict)
+    # every result in the order the driver dealt with it, with the scheduler's decision: which
+    # trials stopped where, to be checked against what Ray's scheduler decides on the same results
+    reports: list[Report] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -282,6 +294,7 @@ class _Simulation:
         decision = sched.on_trial_result(None, trial, result) if sched is not None else TrialScheduler.CONTINUE
         if decision != TrialScheduler.STOP and search_alg is not None:
             search_alg.on_trial_result(trial.trial_id, result)
+        self.run.reports.append(Report(trial.trial_id, trial.epochs_done, result[self.metric], decision))
         ends = bool(decision == TrialScheduler.STOP or trial.epochs_done >= self.epochs)
         if ends:
             if sched is not None:
@@ -372,6 +385,7 @@ def simulate_search(
 __all__ = [
     "DRIVER_SECONDS_PER_RESULT",
     "DRIVER_SECONDS_PER_TRIAL",
+    "Report",
     "SearchRun",
     "SimulatedTrial",
     "StartupCosts",

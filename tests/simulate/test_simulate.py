@@ -248,6 +248,52 @@ def test_more_workers_shorten_the_search_and_asha_stops_trials_early(tmp_path: P
     assert stopped.stopped_early > 0 and stopped.epochs < 16 * EPOCHS
 
 
+@pytest.mark.parametrize(("algorithm", "brackets"), [("random", 1), ("optuna", 3)])
+def test_the_schedulers_stops_are_those_rays_scheduler_makes_on_the_same_results(
+    tmp_path: Path, table_file: Path, algorithm: str, brackets: int
+) -> None:
+    """Every result the simulation gave its scheduler, in its order, given to a fresh ASHA built from
+    Ray as its docs say, on Ray's own trial objects and in Tune's protocol (a trial added before
+    its results; on a stop, or at the last epoch, the result again as the trial's completion): the
+    same decision for each, and no result of a trial after its stop."""
+    import numpy as np
+    from ray.tune.experiment import Trial
+    from ray.tune.schedulers import ASHAScheduler, TrialScheduler
+
+    scheduler = {"type": "asha", "grace_period": 1, "reduction_factor": 2, "brackets": brackets}
+    config, surrogate, costs = _prepared(
+        _search(tmp_path, f"asha{brackets}", algorithm, samples=24, scheduler=scheduler), table_file
+    )
+    seed = 5
+    run = simulate_search(config, surrogate, workers=4, costs=costs, seed=seed)
+    assert run.trials == 24 and len(run.reports) == run.epochs
+    assert 0 < run.stopped_early < run.trials  # the decisions compared include stops and full runs
+
+    asha = ASHAScheduler(
+        time_attr="epoch",
+        metric="val_dice",
+        mode="max",
+        max_t=EPOCHS,
+        grace_period=1,
+        reduction_factor=2,
+        brackets=brackets,
+    )
+    np.random.seed(seed)  # ASHA draws the bracket of each trial it is given from NumPy's global generator
+    trials = {tid: Trial("simulated", trial_id=tid, stub=True) for tid in sorted({r.trial_id for r in run.reports})}
+    for trial in trials.values():  # in the order the simulation added them: one draw each, whenever
+        asha.on_trial_add(None, trial)
+    decisions, ended = [], set()
+    for r in run.reports:
+        assert r.trial_id not in ended, f"trial {r.trial_id} reported after its stop"
+        result = {"epoch": r.epoch, "val_dice": r.value, "trial_id": r.trial_id, "done": False}
+        decisions.append(asha.on_trial_result(None, trials[r.trial_id], result))
+        if decisions[-1] == TrialScheduler.STOP or r.epoch == EPOCHS:
+            asha.on_trial_complete(None, trials[r.trial_id], result)
+            ended.add(r.trial_id)
+    assert [r.decision for r in run.reports] == decisions
+    assert ended == set(trials)
+
+
 def test_tpe_is_driven_through_the_searcher_distmis_tune_builds(tmp_path: Path, table_file: Path) -> None:
     config, surrogate, costs = _prepared(_search(tmp_path, "tpe", "optuna", samples=12), table_file)
     run = simulate_search(config, surrogate, workers=2, costs=costs, seed=1)
