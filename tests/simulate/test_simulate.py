@@ -128,6 +128,75 @@ def test_a_grid_on_one_worker_takes_the_sum_of_its_trials(tmp_path: Path, table_
     assert max(v for _, v in run.events) in (pytest.approx(best, rel=1e-4), pytest.approx(best + 0.005, rel=1e-4))
 
 
+def test_four_trials_on_two_workers_follow_the_schedule_and_best_so_far_worked_out_by_hand(tmp_path: Path) -> None:
+    """Four listed configurations of 2 epochs, of 1, 1.5, 2.5 and 0.5 s each, on 2 workers; 0.5 s
+    from a fresh slot's trial's start to its first epoch, 0.25 s on a reused slot, nothing else.
+    Worker 0: A's epochs end at 1.5 and 2.5, then C starts (2.5) and ends 2.5 + 0.25 + 2.5 = 5.25
+    and 7.75. Worker 1: B's end at 2.0 and 3.5, then D at 3.5 + 0.25 + 0.5 = 4.25 and 4.75."""
+    import dataclasses
+
+    seconds = {"A": 1.0, "B": 1.5, "C": 2.5, "D": 0.5}
+    values = {"A": [0.5, 0.6], "B": [0.4, 0.7], "C": [0.3, 0.9], "D": [0.8, 0.85]}
+    lr = {"A": 1e-4, "B": 3e-4, "C": 1e-3, "D": 3e-3}
+    curves = [
+        Curve(k, 0, {"lr": lr[k], "norm": "batch"}, k in "CD", 0.25 if k in "CD" else 0.5,
+              epoch_seconds=[seconds[k]] * 2, values={"val_dice": values[k]})
+        for k in "ABCD"
+    ]  # fmt: skip
+    doc = {
+        "name": "by-hand",
+        "data": {"source": "synthetic"},
+        "train": {"epochs": 2},
+        "search": {
+            "algorithm": "points",
+            "metric": "val_dice",
+            "points": [{"lr": lr[k]} for k in "ABCD"],
+            "scheduler": {"type": "none"},
+        },
+        "space": {"lr": {"choice": list(lr.values())}, "norm": {"choice": ["batch"]}},
+    }
+    search = tmp_path / "by-hand.yaml"
+    search.write_text(yaml.safe_dump(doc, sort_keys=False))
+    config = load_config(search, require_space=True)
+    typed = typed_for(
+        read_table(write_table(curves, tmp_path / "by-hand.csv")), config.space, metric="val_dice", epochs=2
+    )
+    costs = StartupCosts.of_curves(typed.curves, driver_per_result=0.0, driver_per_trial=0.0)
+    assert (costs.slot, costs.cold, costs.warm, costs.cold_first_epoch) == (0.0, 0.5, 0.25, 0.0)
+    costs = dataclasses.replace(costs, report=0.0)
+    run = simulate_search(
+        config, NearestCurves(typed, config.space, metric="val_dice", mode="max"), workers=2, costs=costs, seed=0
+    )
+    slack = run.decision_seconds + 1e-6
+    assert (run.trials, run.epochs, run.stopped_early) == (4, 8, 0)
+    assert sorted(run.intervals) == [
+        pytest.approx(interval, abs=slack) for interval in [(0.0, 2.5), (0.0, 3.5), (2.5, 7.75), (3.5, 4.75)]
+    ]
+    assert run.events == [
+        (pytest.approx(t, abs=slack), pytest.approx(v))
+        for t, v in [
+            (1.5, 0.5),
+            (2.0, 0.4),
+            (2.5, 0.6),
+            (3.5, 0.7),
+            (4.25, 0.8),
+            (4.75, 0.85),
+            (5.25, 0.3),
+            (7.75, 0.9),
+        ]
+    ]
+    best_so_far, best = [], -1.0
+    for t, v in run.events:
+        if v > best:
+            best_so_far.append((t, v))
+            best = v
+    assert best_so_far == [
+        (pytest.approx(t, abs=slack), pytest.approx(v))
+        for t, v in [(1.5, 0.5), (2.5, 0.6), (3.5, 0.7), (4.25, 0.8), (4.75, 0.85), (7.75, 0.9)]
+    ]
+    assert run.wall == pytest.approx(7.75, abs=slack) and run.best_params == {"lr": lr["C"]}
+
+
 def test_a_fresh_slots_first_epoch_costs_what_the_recording_measured_whichever_curve_it_replays(
     tmp_path: Path,
 ) -> None:
