@@ -81,12 +81,16 @@ def with_seed(config: ExperimentConfig, seed: int) -> ExperimentConfig:
 
 
 def _checked_numbers(
-    workers: int, seeds: int, samples: int | None, given: tuple[float, float] | None
+    workers: int, seeds: int, samples: int | None, target: float | None, given: tuple[float, float] | None
 ) -> tuple[float, float]:
     """The options' numbers checked; returns the driver's own work per result and per trial, as
     given, else as measured."""
-    if workers < 1 or seeds < 1 or (samples is not None and samples < 1):
-        raise CurveError("--workers, --seeds and --samples must be at least 1")
+    for option, count in (("--workers", workers), ("--seeds", seeds), ("--samples", samples)):
+        if count is not None and count < 1:
+            raise CurveError(f"{option}: expected a whole number, 1 or more; got {count}")
+    if target is not None and not math.isfinite(target):
+        # a target no value can reach (or that NaN compares false with) makes every time "never"
+        raise CurveError(f"--target: expected a finite value of the search metric; got {target}")
     driver = given or (DRIVER_SECONDS_PER_RESULT, DRIVER_SECONDS_PER_TRIAL)
     if not all(math.isfinite(x) and x >= 0 for x in driver):
         raise CurveError(
@@ -119,7 +123,7 @@ def run_simulation(
         ConfigError / CurveError: a bad search file or curve table (before anything is written).
         OutputError: an ``--out`` that is an input or another command's directory.
     """
-    driver = _checked_numbers(workers, seeds, samples, driver_seconds)
+    driver = _checked_numbers(workers, seeds, samples, target, driver_seconds)
     inputs = _labelled("search file", search_files) | _labelled("curves", curves) | _labelled("clock", clock_of or [])
     out = check_output(out, option="--out", inputs=inputs)
     table, clocks = on_clock(read_tables(list(curves)), clock_of)

@@ -606,6 +606,24 @@ def test_driver_seconds_below_zero_or_not_a_number_are_one_error_line(
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--workers", "0"), ("--seeds", "-1"), ("--samples", "0"), ("--target", "nan"), ("--target", "inf")],
+)
+def test_a_count_below_one_or_a_target_that_is_not_finite_is_one_error_line_naming_the_option(
+    tmp_path: Path, table_file: Path, capsys: pytest.CaptureFixture[str], option: str, value: str
+) -> None:
+    search = _search(tmp_path, "random", "random")
+    before = {p: _sha(p) for p in (search, table_file)}
+    out = tmp_path / "o"
+    argv = ["simulate", str(search), "--curves", str(table_file), "--workers", "2", "--out", str(out)]
+    rc = main([*argv, option, value])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith(f"distmis: error: {option}: expected "), err
+    assert err[0].endswith(f"got {value}") and not out.exists()
+    assert {p: _sha(p) for p in before} == before
+
+
 def test_driver_seconds_given_are_those_charged(tmp_path: Path, table_file: Path) -> None:
     import json
 
