@@ -162,8 +162,8 @@ def architecture_medians(
 # --------------------------------------------------------------------------- reading a table file
 def _open_text(path: Path) -> io.TextIOBase:
     if path.suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
-    return open(path, encoding="utf-8", newline="")
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8-sig", newline="")
+    return open(path, encoding="utf-8-sig", newline="")  # -sig: a spreadsheet's CSV begins with a byte-order mark
 
 
 def _number(row: dict[str, str], column: str, where: str, *, optional: bool = False) -> float | None:
@@ -198,6 +198,9 @@ def read_table(path: str | Path) -> CurveTable:
         with _open_text(path) as fh:
             reader = csv.DictReader(fh)
             columns = list(reader.fieldnames or [])
+            twice = sorted({c for c in columns if columns.count(c) > 1})
+            if twice:  # a reader of rows by name would keep the last of them and read it as the first
+                raise CurveError(f"{path}: row 1: column {twice[0]!r} appears more than once")
             missing = [c for c in ("trial", "epoch", "epoch_seconds") if c not in columns]
             if missing:
                 raise CurveError(f"{path}: not a curve table: no column {missing[0]!r} (columns: {columns[:8]})")
@@ -228,6 +231,7 @@ def _curves_of_rows(rows: Iterable[dict[str, str]], path: Path, columns: list[st
             if current is not None:
                 yield current
             seen.add(trial)
+            constant = {c: (row.get(c) or "").strip() for c in (*params, "training_seed", "warm")}
             current = Curve(
                 trial=trial,
                 training_seed=int(_number(row, "training_seed", where, optional=True) or 0),
@@ -239,6 +243,8 @@ def _curves_of_rows(rows: Iterable[dict[str, str]], path: Path, columns: list[st
                 search_fixed_seconds=_seconds(row, "search_fixed_seconds", where, optional=True),
                 values={m: [] for m in metrics},
             )
+        else:
+            _same_trial_columns(row, current, constant, where)
         if epoch != current.epochs + 1:
             raise CurveError(
                 f"{where}: trial {trial} goes from epoch {current.epochs} to {epoch:g}; expected epoch "
@@ -254,6 +260,17 @@ def _curves_of_rows(rows: Iterable[dict[str, str]], path: Path, columns: list[st
             current.values[m].append(value)
     if current is not None:
         yield current
+
+
+def _same_trial_columns(row: dict[str, str], curve: Curve, first: dict[str, str], where: str) -> None:
+    """A trial's configuration, training seed and slot are one per trial: a later row that says
+    otherwise is two trials under one name, and reading only the first would replay the wrong one."""
+    for column, value in first.items():
+        if (row.get(column) or "").strip() != value:
+            raise CurveError(
+                f"{where}: trial {curve.trial} has {column} {(row.get(column) or '').strip()!r}, its first row "
+                f"{value!r}; a trial's configuration, training_seed and warm are the same on each of its rows"
+            )
 
 
 # --------------------------------------------------------------------------- the table against a search
@@ -290,6 +307,8 @@ def typed_for(table: CurveTable, space: Space, *, metric: str, epochs: int) -> C
             name: parse_param(text, space[name]) if isinstance(text, str) else text
             for name, text in curve.params.items()
         }
+        for name, value in params.items():
+            _check_ranged(value, space[name], f"{table.source}: trial {curve.trial}: {PARAM_PREFIX}{name}")
         typed.append(
             dataclasses.replace(
                 curve,
@@ -300,6 +319,25 @@ def typed_for(table: CurveTable, space: Space, *, metric: str, epochs: int) -> C
             )
         )
     return CurveTable(typed, table.source)
+
+
+def _check_ranged(value: Any, spec: ParamSpec, where: str) -> None:
+    """A parameter is recorded unless a condition switched it off, and one the space draws from a
+    range as a finite number (above 0 on a log scale): the surrogate measures distances on that
+    scale, where a text, NaN or a logarithm of 0 would make every neighbour as near as any."""
+    if value is None:
+        if spec.when is None and not (spec.choice is not None and None in spec.choice):
+            raise CurveError(f"{where} is empty; only a parameter with a condition (when:) may be left out")
+        return
+    if spec.choice is not None:
+        return
+    number = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    if not number or (spec.loguniform is not None and value <= 0):
+        low, high = getattr(spec, spec.kind)
+        above = " above 0" if spec.loguniform is not None else ""
+        raise CurveError(
+            f"{where} is {cell(value)!r}; the space draws it from {spec.kind} [{low}, {high}]: expected a finite number{above}"
+        )
 
 
 # --------------------------------------------------------------------------- writing

@@ -534,6 +534,27 @@ def _sha(path: Path) -> str:
         ("report", lambda t: t.replace(",1.000,,", ",1.000,-0.5,", 1), "report_seconds is '-0.5'; expected seconds"),
         ("epoch", lambda t: t.replace("\nt0-0,0,0,2.000,0.500,1,", "\nt0-0,0,0,2.000,0.500,one,", 1), "epoch is 'one'"),
         ("empty", lambda t: "", "no column 'trial'"),
+        (
+            "twice",
+            lambda t: t.replace("search_fixed_seconds", "val_dice", 1),
+            "column 'val_dice' appears more than once",
+        ),
+        (
+            "two-in-one",
+            lambda t: t.replace(",2,1.000,,,,0.0001,", ",2,1.000,,,,0.0003,", 1),
+            "row 3: trial t0-0 has param.lr '0.0003', its first row '0.0001'",
+        ),
+        (
+            "text",
+            lambda t: t.replace(",0.0001,batch,", ",abc,batch,"),
+            "trial t0-0: param.lr is 'abc'; the space draws",
+        ),
+        (
+            "zero",
+            lambda t: t.replace(",0.0001,batch,", ",0,batch,"),
+            "param.lr is '0'; the space draws it from loguniform",
+        ),
+        ("missing", lambda t: t.replace(",0.0001,batch,", ",,batch,"), "param.lr is empty; only a parameter with a"),
     ],
 )
 def test_a_bad_curve_table_is_one_error_line_and_nothing_written(
@@ -552,6 +573,16 @@ def test_a_bad_curve_table_is_one_error_line_and_nothing_written(
     assert str(bad) in err[0] or case == "keys"
     assert not out.exists()
     assert {p: _sha(p) for p in before} == before
+
+
+def test_a_table_saved_by_a_spreadsheet_with_a_byte_order_mark_reads_as_without(
+    tmp_path: Path, table_file: Path
+) -> None:
+    import gzip
+
+    marked = tmp_path / "marked.csv"
+    marked.write_bytes(b"\xef\xbb\xbf" + gzip.decompress(table_file.read_bytes()))
+    assert read_table(marked).curves == read_table(table_file).curves
 
 
 def test_a_truncated_curve_is_not_asked_to_go_on(tmp_path: Path, table_file: Path, capsys) -> None:
