@@ -308,7 +308,7 @@ def typed_for(table: CurveTable, space: Space, *, metric: str, epochs: int) -> C
             for name, text in curve.params.items()
         }
         for name, value in params.items():
-            _check_ranged(value, space[name], f"{table.source}: trial {curve.trial}: {PARAM_PREFIX}{name}")
+            _check_recorded(value, space[name], f"{table.source}: trial {curve.trial}: {PARAM_PREFIX}{name}")
         typed.append(
             dataclasses.replace(
                 curve,
@@ -321,7 +321,7 @@ def typed_for(table: CurveTable, space: Space, *, metric: str, epochs: int) -> C
     return CurveTable(typed, table.source)
 
 
-def _check_ranged(value: Any, spec: ParamSpec, where: str) -> None:
+def _check_recorded(value: Any, spec: ParamSpec, where: str) -> None:
     """A parameter is recorded unless a condition switched it off, and one the space draws from a
     range as a finite number (above 0 on a log scale): the surrogate measures distances on that
     scale, where a text, NaN or a logarithm of 0 would make every neighbour as near as any."""
