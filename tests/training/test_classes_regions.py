@@ -34,7 +34,13 @@ cfg = ExperimentConfig.model_validate({"train": {"batch_size_per_replica": 1, "s
 trainer = Trainer(cfg, load_manifest(prepared), strategy=strategy)
 plain, classes = trainer.evaluate()  # the same seeded weights on both worker counts
 if trainer.worker_index == 0:
-    json.dump({**plain, **classes}, open(out, "w"))
+    with open(out, "w") as f:
+        json.dump({**plain, **classes}, f)
+# end as distmis's commands do, without the interpreter's teardown: the trainer's training iterator
+# has patch reads in flight, and one still running when the interpreter finalises can never take
+# the GIL again, so the iterator's destructor would wait for it forever
+sys.stdout.flush(); sys.stderr.flush()
+os._exit(0)
 """
 
 
