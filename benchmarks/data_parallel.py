@@ -45,7 +45,12 @@ trainer.train_epoch()                       # warm-up: tracing, collective set-u
 trainer.steps_per_epoch = steps
 _, _, seconds = trainer.train_epoch()
 if trainer.worker_index == 0:
-    json.dump({"seconds": seconds, "steps": steps, "global_batch": trainer.global_batch}, open(out, "w"))
+    with open(out, "w") as f:
+        json.dump({"seconds": seconds, "steps": steps, "global_batch": trainer.global_batch}, f)
+# without the interpreter's teardown, as distmis's commands end: a patch read still in flight then
+# could never take the GIL again, and the training iterator's destructor would wait for it forever
+sys.stdout.flush(); sys.stderr.flush()
+os._exit(0)
 """
 
 
