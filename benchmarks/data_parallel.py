@@ -47,10 +47,8 @@ _, _, seconds = trainer.train_epoch()
 if trainer.worker_index == 0:
     with open(out, "w") as f:
         json.dump({"seconds": seconds, "steps": steps, "global_batch": trainer.global_batch}, f)
-# without the interpreter's teardown, as distmis's commands end: a patch read still in flight then
-# could never take the GIL again, and the training iterator's destructor would wait for it forever
-sys.stdout.flush(); sys.stderr.flush()
-os._exit(0)
+from distmis.tensorflow_env import exit_without_teardown
+exit_without_teardown(0)  # the trainer's training iterator may have a patch read in flight
 """
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -100,9 +99,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    # without the interpreter's teardown, as distmis's commands end: the loader's and the trainer's
-    # training iterators have patch reads in flight, and one still running when the interpreter
-    # finalises can never take the GIL again, so the iterator's destructor would wait forever
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    from distmis.tensorflow_env import exit_without_teardown
+
+    exit_without_teardown(0)  # the loader's and the trainer's training iterators may have patch reads in flight

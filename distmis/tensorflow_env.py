@@ -21,7 +21,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 DEFAULTS: dict[str, str] = {
     "TF_CPP_MIN_LOG_LEVEL": "2",
@@ -100,6 +100,25 @@ def _without(names: Sequence[str]) -> Iterator[None]:
     finally:
         with contextlib.suppress(ValueError):
             sys.meta_path.remove(finder)
+
+
+def exit_without_teardown(code: int) -> NoReturn:
+    """End this process with ``code`` now: logging shut down, the standard streams flushed, and no
+    interpreter teardown.
+
+    Why: distmis's patch reads run in Python inside tf.data (``tf.numpy_function``). A training
+    iterator may still have one in flight when the process ends, and during finalisation that read
+    can never take the GIL again, so the iterator's destructor would wait for it forever. A process
+    that has built one (a command, a trainer's script) ends here once everything is written.
+    """
+    if "logging" in sys.modules:
+        import logging
+
+        logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # closed, or a reader that went away
+            stream.flush()
+    os._exit(code)
 
 
 def import_tensorflow() -> Any:

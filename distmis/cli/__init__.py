@@ -21,7 +21,7 @@ from typing import NoReturn
 from distmis import __version__
 from distmis.exceptions import DistmisError
 from distmis.exitcodes import KEYBOARD_INTERRUPT, USAGE
-from distmis.tensorflow_env import apply_tensorflow_env
+from distmis.tensorflow_env import apply_tensorflow_env, exit_without_teardown
 
 TENSORFLOW_HINT = "pip install 'distmis[cpu]' (or 'distmis[gpu]' on GPU nodes)"
 
@@ -151,13 +151,5 @@ def _reader_gone() -> int:
 
 
 def _exit_now(code: list[int]) -> None:
-    if not code:
-        return
-    if "logging" in sys.modules:
-        import logging
-
-        logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):  # closed, or a reader that went away
-            stream.flush()
-    os._exit(code[0])
+    if code:
+        exit_without_teardown(code[0])

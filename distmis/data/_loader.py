@@ -234,9 +234,10 @@ def make_dataset(
             :class:`PatchSampler`); the others are placed uniformly.
 
     Patches are read by Python (``tf.numpy_function``): drop an iterator of a training pipeline
-    before the interpreter finalises (``del it``), as distmis's commands do or skip by ending with
-    ``os._exit``. A read still in flight during finalisation can never take the GIL again, and the
-    iterator's destructor would wait for it forever.
+    before the interpreter finalises (``del it``), or end the process with
+    :func:`distmis.tensorflow_env.exit_without_teardown`, as distmis's commands do. A read still in
+    flight during finalisation can never take the GIL again, and the iterator's destructor would
+    wait for it forever.
     """
     import tensorflow as tf
 

@@ -36,11 +36,8 @@ plain, classes = trainer.evaluate()  # the same seeded weights on both worker co
 if trainer.worker_index == 0:
     with open(out, "w") as f:
         json.dump({**plain, **classes}, f)
-# end as distmis's commands do, without the interpreter's teardown: the trainer's training iterator
-# has patch reads in flight, and one still running when the interpreter finalises can never take
-# the GIL again, so the iterator's destructor would wait for it forever
-sys.stdout.flush(); sys.stderr.flush()
-os._exit(0)
+from distmis.tensorflow_env import exit_without_teardown
+exit_without_teardown(0)  # the trainer's training iterator may have a patch read in flight
 """
 
 

@@ -50,11 +50,8 @@ if trainer.worker_index == 0:
     np.savez(out, *before, *after)
     with open(out + ".json", "w") as f:
         json.dump({"loss": loss, "replicas": trainer.replicas, "global_batch": trainer.global_batch}, f)
-# end as distmis's commands do, without the interpreter's teardown: the epoch's one step leaves
-# patch reads in flight, and a read still running when the interpreter finalises can never take
-# the GIL again, so the training iterator's destructor would wait for it forever
-sys.stdout.flush(); sys.stderr.flush()
-os._exit(0)
+from distmis.tensorflow_env import exit_without_teardown
+exit_without_teardown(0)  # the trainer's training iterator may have a patch read in flight
 """
 
 
