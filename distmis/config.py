@@ -199,13 +199,34 @@ class ModelConfig(_Section):
     )
     groups: int = Field(4, ge=1)
     dropout: float = Field(0.0, ge=0, lt=1)
+    max_filters: int | None = Field(
+        None, ge=1, description="cap on the filters of a level (nnU-Net: 320 in 3D); null: doubled at every level"
+    )
+    activation: Literal["relu", "leaky_relu"] = Field(
+        "relu", description="after each normalisation; leaky_relu is nnU-Net's (negative slope 0.01)"
+    )
+    downsample: Literal["maxpool", "strided"] = Field(
+        "maxpool", description="between levels: 2x max pooling, or the level's first convolution at stride 2 (nnU-Net)"
+    )
+    deep_supervision: bool = Field(
+        False,
+        description="a 1x1 head on every decoder level but the lowest, each trained on labels down-sampled to it "
+        "with weights 1/2^i normalised (nnU-Net); inference uses the full-resolution head",
+    )
+
+    def level_filters(self) -> list[int]:
+        """The filters of each level, top to bottom: ``filters`` doubled per level, capped at ``max_filters``."""
+        return [min(self.filters * 2**level, self.max_filters or math.inf) for level in range(self.depth)]  # type: ignore[misc]
 
     @model_validator(mode="after")
     def _groups_divide_filters(self) -> ModelConfig:
-        if self.norm == "group" and self.filters % self.groups:
+        if self.norm == "group" and any(f % self.groups for f in self.level_filters()):
             raise ValueError(
-                f"group normalisation needs groups to divide filters, got groups={self.groups}, filters={self.filters}"
+                f"group normalisation needs groups to divide filters at every level, got groups={self.groups}, "
+                f"filters={self.level_filters()}"
             )
+        if self.deep_supervision and self.depth < 2:
+            raise ValueError("deep_supervision needs depth >= 2: a one-level U-Net has no decoder levels to supervise")
         return self
 
 
@@ -215,11 +236,40 @@ class OptimizerConfig(_Section):
     beta_1: float = Field(0.9, ge=0, lt=1)
     beta_2: float = Field(0.999, ge=0, lt=1)
     amsgrad: bool = False
-    weight_decay: float = Field(0.0, ge=0)
+    weight_decay: float = Field(0.0, ge=0, description="decoupled weight decay of adamw and sgd (nnU-Net: 3e-5)")
     momentum: float = Field(0.9, ge=0, lt=1)
+    nesterov: bool = Field(False, description="Nesterov momentum for sgd (nnU-Net: true, momentum 0.99)")
+    global_clipnorm: float | None = Field(
+        None, gt=0, description="clip the gradient's global norm to this (nnU-Net: 12); null: no clipping"
+    )
 
 
 # --------------------------------------------------------------------------- search
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str | int | float) -> float:
+    """Seconds of a wall time written as SLURM users think of it: ``90s``, ``30m``, ``24h``, ``1h30m``,
+    ``2d``, or a plain number of seconds.
+
+    Raises:
+        ValueError: anything else, or a duration that is not positive.
+    """
+    import re
+
+    raw = str(text).strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", raw):
+        seconds = float(raw)
+    else:
+        parts = re.findall(r"(\d+(?:\.\d+)?)\s*([smhd])", raw)
+        if not parts or re.sub(r"(\d+(?:\.\d+)?)\s*([smhd])", "", raw).strip():
+            raise ValueError(f"expected a duration such as 90s, 30m, 24h or 1h30m, got {text!r}")
+        seconds = sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"expected a positive duration, got {text!r}")
+    return seconds
+
+
 class SchedulerConfig(_Section):
     """Early stopping of unpromising trials: Ray Tune's ASHA, over ``brackets`` brackets (more than
     one is asynchronous Hyperband), or none. ``grace_period`` epochs run before a trial can be stopped."""
@@ -266,6 +316,21 @@ class SearchConfig(_Section):
     )
     scheduler: SchedulerConfig = SchedulerConfig()
     max_failures: int = Field(2, ge=0)
+    time_budget: str | None = Field(
+        None,
+        description="wall time of the whole search, e.g. 90s, 30m, 24h or 1h30m: no trial starts after it, "
+        "those still running are stopped, the best so far is kept; a resumed search counts the time already spent",
+    )
+
+    @field_validator("time_budget")
+    @classmethod
+    def _duration(cls, v: str | None) -> str | None:
+        if v is not None:
+            parse_duration(v)
+        return v
+
+    def time_budget_seconds(self) -> float | None:
+        return None if self.time_budget is None else parse_duration(self.time_budget)
 
     def sampler_startup_trials(self, concurrency: int) -> int:
         """Random trials the sampler (TPE, GP, CMA-ES) starts with: ``startup_trials``, else the rule
@@ -641,6 +706,7 @@ __all__ = [
     "TrackingConfig",
     "TrainConfig",
     "apply_params",
+    "parse_duration",
     "dump_config",
     "load_config",
     "resolve_param_name",

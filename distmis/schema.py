@@ -66,6 +66,8 @@ class RunFile:
     BEST: Final = "best.yaml"
     #: where a command's time went, phase by phase
     TIMINGS: Final = "timings.json"
+    #: a search's wall time spent so far, over every run of it (``search.time_budget`` counts it)
+    TIME_SPENT: Final = "time_spent.json"
     #: the search's MLflow run ids (so that ``--resume`` continues the same runs)
     MLFLOW_STATE: Final = "mlflow.json"
     #: MLflow writes queued while the server was unreachable

@@ -1,21 +1,38 @@
 """Write a search file for an MSD dataset, planned from its fingerprint by stated rules.
 
 Reads every training case once (as `distmis inspect` does), then chooses the prepared shape, the
-patch and batch for the memory given, the label mode and loss, the normalisation, the network's
-normalisation layer, a learning-rate range and the budget, each with a comment saying which rule
-gave it. Search the file with `distmis tune FILE`.
+patch and batch for the memory given, the label mode and loss, the normalisation, the recipe
+(nnU-Net's by default, its configuration the search's first point) and how the time budget is
+spent, each with a comment saying which rule gave it. With --budget, a few training steps of the
+planned network are timed on this machine (or --step-seconds gives the time of one step on the
+machine the search will run on). Search the file with `distmis tune FILE`.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from distmis.cli._common import add_renamed_option, positive_float, positive_int
+from distmis.cli._common import positive_float, positive_int
+
+
+def _duration(text: str) -> str:
+    from distmis.config import parse_duration
+
+    try:
+        parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text.strip()
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from distmis.recipes import DEFAULT_RECIPE, RECIPES
+
     p.add_argument("dataset", help="MSD dataset directory (holding dataset.json)")
     p.add_argument(
         "--gpu-memory",
@@ -23,15 +40,44 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="memory of each GPU in GiB: plan the patch for it and one GPU per trial (default: a CPU search)",
     )
+    p.add_argument(
+        "--budget",
+        type=_duration,
+        default=None,
+        help="wall time of the search (e.g. 5m, 30m, 24h): trials, epochs and steps are sized to it and the "
+        "search stops at it (default: 8 trials of 12 epochs, no deadline)",
+    )
+    p.add_argument(
+        "--workers",
+        type=positive_int,
+        default=None,
+        help="trials at once: GPUs with --gpu-memory, else CPU slots sharing this machine's cores (default 1 GPU, 2 CPU)",
+    )
+    p.add_argument(
+        "--step-seconds",
+        type=positive_float,
+        default=None,
+        help="seconds of one training step of the recipe's network on the machine the search will run on "
+        "(default: timed here in a few steps; needed for a GPU plan made on a machine without one)",
+    )
+    p.add_argument(
+        "--recipe",
+        choices=sorted(RECIPES),
+        default=DEFAULT_RECIPE,
+        help=f"the training recipe the search starts from (default {DEFAULT_RECIPE}): see distmis.recipes",
+    )
     p.add_argument("--out", default=None, help="the search file to write (default <dataset name>.yaml here)")
     p.add_argument("--overwrite", action="store_true", help="replace a file distmis init wrote earlier")
-    add_renamed_option(p, "--workers", "--processes", type=positive_int, help="parallel processes (default: all cores)")
+    p.add_argument(
+        "--processes", type=positive_int, default=None, help="processes reading the cases (default: all cores)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    from distmis.config import parse_duration
     from distmis.console import progress_bar as progress
     from distmis.data import INIT_HEADER as HEADER
-    from distmis.data import fingerprint, plan_search, read_dataset_json, relative_source
+    from distmis.data import PlanOptions, fingerprint, plan_search, read_dataset_json, relative_source
     from distmis.exceptions import ConfigError, OutputError
     from distmis.files import atomic_file
     from distmis.links import refuse_link
@@ -50,14 +96,29 @@ def run(args: argparse.Namespace) -> int:
             raise OutputError(f"--out {out}: exists; give --overwrite to replace it, or another --out")
         if not out.read_text(errors="replace").startswith(HEADER):
             raise OutputError(f"--out {out}: not written by distmis init; it is left as it is (choose another --out)")
+    budget = parse_duration(args.budget) if args.budget else None
+    if budget is not None and args.gpu_memory is not None and args.step_seconds is None and not _has_gpu():
+        raise ConfigError(
+            "--budget with --gpu-memory: this machine has no GPU to time a step on; give --step-seconds "
+            "(one training step of the planned network on the search's GPUs)"
+        )
     with progress("reading cases") as update:
         fp = fingerprint(dataset, workers=args.processes, progress=update)
+    options = PlanOptions(
+        gpu_memory_gb=args.gpu_memory,
+        recipe=args.recipe,
+        budget_seconds=budget,
+        budget_text=args.budget,
+        concurrency=args.workers,
+        cores=os.cpu_count() or 1,
+        step_seconds=_step_timer(args, fp, channels=len(meta.modalities)) if budget is not None else None,
+    )
     text = plan_search(
         fp,
         source=_yaml_string(relative_source(dataset, out)),
         name=name,
-        gpu_memory_gb=args.gpu_memory,
         modalities=list(meta.modalities),
+        options=options,
     )
     with atomic_file(out) as tmp:
         tmp.write_text(text, encoding="utf-8")
@@ -84,3 +145,56 @@ def _check(tmp: Path, out: Path, error: type[Exception]) -> None:
         load_config(tmp, require_space=True)
     except DistmisError as exc:
         raise error(f"{out}: the planned search file does not load ({exc}); please report this") from None
+
+
+def _has_gpu() -> bool:
+    from distmis.tensorflow_env import import_tensorflow
+
+    return bool(import_tensorflow().config.list_physical_devices("GPU"))
+
+
+def _step_timer(args: argparse.Namespace, fp: dict[str, Any], *, channels: int) -> Callable[[int, tuple], float]:
+    """(filters, patch) -> seconds of one training step: ``--step-seconds`` for the recipe's own width
+    (scaled to a narrower one by the plan), else timed here with the threads a trial will get."""
+    from distmis.console import notify
+
+    given = args.step_seconds
+    cache: dict[tuple[int, tuple], float] = {}
+
+    def seconds(filters: int, patch: tuple) -> float:
+        if given is not None:
+            return float(given) if filters == _recipe_filters(args.recipe) else _scaled(given, filters, args.recipe)
+        key = (filters, tuple(patch))
+        if key not in cache:
+            notify(f"distmis: timing a few training steps ({filters} filters, patch {list(patch)}) on this machine")
+            cache[key] = _measure(args, fp, filters, tuple(patch), channels)
+        return cache[key]
+
+    return seconds
+
+
+def _recipe_filters(recipe: str) -> int:
+    from distmis.recipes import RECIPES
+
+    return int(RECIPES[recipe].model["filters"])
+
+
+def _scaled(given: float, filters: int, recipe: str) -> float:
+    """A narrower network's step from the given one's, by the ratio of their convolutions' work."""
+    return given * (filters / _recipe_filters(recipe)) ** 2
+
+
+def _measure(args: argparse.Namespace, fp: dict[str, Any], filters: int, patch: tuple, channels: int) -> float:
+    from distmis.config import ModelConfig, OptimizerConfig
+    from distmis.recipes import RECIPES
+    from distmis.training import configure_tensorflow, measure_step_seconds
+
+    recipe = RECIPES[args.recipe]
+    workers = args.workers or (1 if args.gpu_memory is not None else 2)
+    configure_tensorflow(max(1, (os.cpu_count() or 1) // workers) if args.gpu_memory is None else None)
+    depth = recipe.depth(min(int(s) for s in fp["median_shape"]))
+    model = ModelConfig(**{**recipe.model, "filters": filters, "depth": depth})
+    classes = len(fp["labels"]) + 1 if len(fp["labels"]) > 1 else 1
+    return measure_step_seconds(
+        model, OptimizerConfig(**recipe.optimizer), patch=patch, channels=channels, classes=classes, batch=2
+    )

@@ -21,7 +21,7 @@ from distmis.data._normalize import SCHEMES as NORMALIZATIONS
 from distmis.data._normalize import channel_schemes, normalize, zscore_nonzero
 from distmis.data._normalize import describe as describe_normalisation
 from distmis.data._plan import HEADER as INIT_HEADER
-from distmis.data._plan import plan_search, relative_source
+from distmis.data._plan import MIN_TRIAL_STEPS, TRAINING_SHARE, PlanOptions, plan_search, relative_source
 from distmis.data._prepare import (
     crop_or_pad,
     prepare_dataset,
@@ -47,6 +47,9 @@ from distmis.data._visualize import read_case, render_case
 
 __all__ = [
     "INIT_HEADER",
+    "MIN_TRIAL_STEPS",
+    "PlanOptions",
+    "TRAINING_SHARE",
     "plan_search",
     "relative_source",
     "SPLITS_FILE",

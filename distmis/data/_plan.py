@@ -3,63 +3,123 @@
 nnU-Net plans a configuration from the dataset's fingerprint instead of asking users to edit
 one made for other data; this does the same for a search. Each choice is a rule applied to the
 fingerprint, and the file says which rule gave it, in a comment beside the value, so that a
-user can see why and change it knowingly.
+user can see why and change it knowingly. Every value a rule decides is written, none is left
+to a default.
 
-The rules (the recipe's evidence is ``benchmarks/recipe.py`` on the MNI152 anatomy task):
+The rules:
 
+- **recipe** (``--recipe``, :mod:`distmis.recipes`): distmis's by default (nnU-Net's in Keras
+  scored lower at short CPU budgets, :data:`distmis.recipes.DEFAULT_RECIPE`), ``--recipe nnunet`` for
+  nnU-Net's; the recipe's configuration is the search's first point (``search.points``) and the
+  space lies around it;
 - **shape**: the median case shape rounded up to a multiple of 2^(depth-1); cases whose spacing
   differs from the median are resampled, the others cropped or padded;
-- **depth**: one level per halving of the volume's smallest side while the deepest maps keep
-  16 voxels, 3 to 5 (3 at 64³);
+- **depth**: the recipe's rule (nnU-Net's: one level per halving while the deepest maps keep 4
+  voxels, at most 6);
 - **patch**: the whole prepared volume when its estimated training memory fits the budget
   (``--gpu-memory``, or 4 GiB of host memory for a CPU), else the largest axis shrunk first;
   batch 2 (nnU-Net's); a third of the patches centred on foreground when a patch is smaller
   than the volume;
 - **labels**: one foreground label -> binary and Dice; several -> multi-class and Dice +
-  cross-entropy (thin structures need the per-voxel term); BraTS's three nested tumour labels ->
-  the regions WT, TC and ET, as BraTS scores them;
-- **normalisation**: CT channels by the training foreground's range, others z-scored per case;
-  group normalisation in the network (batch statistics of two 3D patches are noise);
-- **optimiser**: Adam, learning rate searched on a log scale over 1e-3 .. 2e-2 (what the
-  recipe's searches select from on both tasks), and beta_2;
-- **budget**: 8 trials of 12 epochs; no early stopping at that size (every trial finishes; ASHA
-  pays off once there are more trials than the budget can finish).
+  cross-entropy; BraTS's three nested tumour labels -> the regions WT, TC and ET;
+- **split**: 70/15/15, or 80/10/10 below 20 labelled cases so that training keeps most of them
+  (finalize's cross-validation then uses every case outside the test split, as nnU-Net's folds do);
+- **budget** (``--budget``): a trial is never shorter than one nnU-Net epoch (250 steps); the
+  budget, at the measured seconds per step, buys two rounds of trials at once when it can, and the
+  rest goes into longer trials; no early stopping (every trial of two rounds finishes), and the
+  search stops at the deadline (``search.time_budget``). Without a budget: 8 trials of 12 epochs,
+  each at least 250 steps;
+- **width on a CPU**: nnU-Net's 32 base filters when the budget still runs two rounds of trials with
+  them, else 16, else 8 (a 32-filter step is 7x an 8-filter one on a CPU core at 48 x 56 x 48);
+  on a GPU always the recipe's.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from distmis.data._inspect import activation_bytes
+from distmis.recipes import CPU_FILTERS, RECIPES, Recipe
 
 #: the first line of every file ``distmis init`` writes (what ``--overwrite`` may replace)
 HEADER = "# written by distmis init"
 #: the memory a CPU-only search plans a patch for, per trial
 CPU_BUDGET_GB = 4.0
-TRIALS, EPOCHS, BATCH, FILTERS = 8, 12, 2, 8
+#: without a budget: trials, epochs, nnU-Net's batch
+TRIALS, EPOCHS, BATCH = 8, 12, 2
+#: no trial is planned shorter than one nnU-Net epoch of steps
+MIN_TRIAL_STEPS = 250
+#: a budget's epochs per trial: enough reports for a curve, each at least a few steps
+MAX_EPOCHS, MIN_EPOCH_STEPS = 10, 10
+#: the share of a budget planned for training steps; the rest is start-up, preparing and validation
+TRAINING_SHARE = 0.75
+#: below this many labelled cases the split keeps more of them for training
+SMALL_DATASET = 20
 
 
-def _depth(smallest_side: int) -> int:
-    """One level per halving of the patch's smallest side while the deepest maps stay >= 16 voxels."""
-    return max(3, min(5, int(math.log2(max(smallest_side, 16) / 16)) + 1))
+@dataclass(frozen=True)
+class PlanOptions:
+    """What the user asked of the plan (``distmis init``'s options)."""
+
+    gpu_memory_gb: float | None = None
+    recipe: str = "distmis"
+    budget_seconds: float | None = None
+    budget_text: str | None = None  # as the user wrote it, for ``search.time_budget``
+    concurrency: int | None = None  # trials at once (``--workers``)
+    cores: int = 2
+    #: seconds of one training step of (filters, patch): measured by the caller, or given for the target
+    step_seconds: Callable[[int, tuple[int, int, int]], float] | None = None
 
 
-def _patch(shape: list[int], *, budget_gb: float, depth: int, channels: int) -> list[int]:
+@dataclass(frozen=True)
+class Sizing:
+    """How a search spends its budget."""
+
+    trials: int
+    epochs: int
+    steps_per_epoch: int
+    concurrency: int
+    filters: int
+    patch: list[int]
+    step_seconds: float | None
+    why: str
+
+    @property
+    def trial_steps(self) -> int:
+        return self.epochs * self.steps_per_epoch
+
+
+def _patch(shape: list[int], *, budget_gb: float, depth: int, channels: int, filters: int) -> list[int]:
     """The whole volume if it fits the budget, else shrink the largest axis, one divisor at a time."""
     divisor = 2 ** (depth - 1)
     patch = list(shape)
 
     def fits(p: list[int]) -> bool:
-        need = activation_bytes(tuple(p), depth=depth, filters=FILTERS, batch=BATCH, channels=channels)  # type: ignore[arg-type]
+        need = activation_bytes(tuple(p), depth=depth, filters=filters, batch=BATCH, channels=channels)  # type: ignore[arg-type]
         return need <= budget_gb * 2**30
 
     while not fits(patch) and max(patch) > divisor:
         axis = patch.index(max(patch))
         patch[axis] -= divisor
     return patch
+
+
+def conv_work(patch: list[int], *, depth: int, filters: int, max_filters: int | None, channels: int) -> float:
+    """Multiply-adds of the U-Net's 3x3x3 convolutions per voxel-batch (a width's relative step cost)."""
+    widths = [min(filters * 2**level, max_filters or math.inf) for level in range(depth)]
+    voxels = float(math.prod(patch))
+    work, cin = 0.0, channels
+    for level, width in enumerate(widths):
+        at = voxels / 8**level
+        work += at * (cin * width + width * width)  # encoder
+        if level < depth - 1:
+            work += at * (2 * width * width + width * width)  # decoder (concatenated input)
+        cin = width
+    return work
 
 
 def _is_brats(labels: dict[str, Any]) -> bool:
@@ -87,8 +147,14 @@ class _Plan:
     depth: int
     shape: list[int]
     budget: float
-    patch: list[int]
     gpus: int
+    recipe: Recipe
+    sizing: Sizing
+    options: PlanOptions = field(default_factory=PlanOptions)
+
+    @property
+    def patch(self) -> list[int]:
+        return self.sizing.patch
 
     @property
     def divisor(self) -> int:
@@ -103,19 +169,26 @@ class _Plan:
         need = activation_bytes(
             tuple(self.patch),  # type: ignore[arg-type]
             depth=self.depth,
-            filters=FILTERS,
+            filters=self.sizing.filters,
             batch=BATCH,
             channels=len(self.modalities),
         )
         return need / 2**30
 
+    @property
+    def small(self) -> bool:
+        return int(self.fp["cases"]) < SMALL_DATASET
 
-def _decide(fp: dict[str, Any], gpu_memory_gb: float | None, modalities: list[str]) -> _Plan:
+
+def _decide(fp: dict[str, Any], options: PlanOptions, modalities: list[str]) -> _Plan:
+    recipe = RECIPES[options.recipe]
     foreground = list(fp["labels"])
     median = [int(s) for s in fp["median_shape"]]
-    depth = _depth(min(median))
+    depth = recipe.depth(min(median))
     shape = [int(math.ceil(s / 2 ** (depth - 1)) * 2 ** (depth - 1)) for s in median]
-    budget = gpu_memory_gb if gpu_memory_gb is not None else CPU_BUDGET_GB
+    gpu = options.gpu_memory_gb is not None
+    budget = float(options.gpu_memory_gb) if options.gpu_memory_gb is not None else CPU_BUDGET_GB
+    sizing = _size(recipe, options, shape=shape, depth=depth, memory_gb=budget, channels=len(modalities), gpu=gpu)
     return _Plan(
         fp=fp,
         modalities=modalities,
@@ -126,24 +199,99 @@ def _decide(fp: dict[str, Any], gpu_memory_gb: float | None, modalities: list[st
         median=median,
         depth=depth,
         shape=shape,
-        budget=budget,
-        patch=_patch(shape, budget_gb=budget, depth=depth, channels=len(modalities)),
-        gpus=1 if gpu_memory_gb is not None else 0,
+        budget=budget,  # type: ignore[arg-type]
+        gpus=1 if gpu else 0,
+        recipe=recipe,
+        sizing=sizing,
+        options=options,
+    )
+
+
+def _widths(recipe: Recipe, gpu: bool) -> list[int]:
+    """The base widths a plan may take, widest first: the recipe's, and on a CPU narrower ones."""
+    own = int(recipe.model["filters"])
+    if gpu or recipe.name != "nnunet":
+        return [own]
+    return [own, *(w for w in CPU_FILTERS if w < own)]
+
+
+def _size(
+    recipe: Recipe, options: PlanOptions, *, shape: list[int], depth: int, memory_gb: float, channels: int, gpu: bool
+) -> Sizing:
+    """Width, patch, trials, epochs and steps: see the module's rules."""
+    concurrency = options.concurrency or (1 if gpu else 2)
+    widths = _widths(recipe, gpu)
+    patches = {w: _patch(shape, budget_gb=memory_gb, depth=depth, channels=channels, filters=w) for w in widths}
+    if options.budget_seconds is None or options.step_seconds is None:
+        width = widths[-1]
+        steps_per_epoch = math.ceil(MIN_TRIAL_STEPS / EPOCHS)
+        return Sizing(
+            trials=TRIALS,
+            epochs=EPOCHS,
+            steps_per_epoch=steps_per_epoch,
+            concurrency=concurrency,
+            filters=width,
+            patch=patches[width],
+            step_seconds=None,
+            why=f"no --budget: {TRIALS} trials of {EPOCHS} epochs, each at least {MIN_TRIAL_STEPS} steps",
+        )
+    steps_total = options.budget_seconds * TRAINING_SHARE * concurrency  # in step-seconds, per width below
+    narrowest = widths[-1]
+    base_seconds = options.step_seconds(narrowest, tuple(patches[narrowest]))  # type: ignore[arg-type]
+    mf = recipe.model.get("max_filters")
+
+    def estimate(w: int) -> float:
+        ratio = conv_work(patches[w], depth=depth, filters=w, max_filters=mf, channels=channels) / conv_work(
+            patches[narrowest], depth=depth, filters=narrowest, max_filters=mf, channels=channels
+        )
+        return base_seconds * ratio
+
+    width, seconds = narrowest, base_seconds
+    for w in widths[:-1]:  # widest first: the first that still buys two rounds of full trials
+        if steps_total / estimate(w) >= 2 * concurrency * MIN_TRIAL_STEPS:
+            seconds = options.step_seconds(w, tuple(patches[w]))  # type: ignore[arg-type]
+            if steps_total / seconds >= 2 * concurrency * MIN_TRIAL_STEPS:
+                width = w
+                break
+            seconds = base_seconds
+    total = steps_total / seconds
+    trials = max(1, min(2 * concurrency, int(total // MIN_TRIAL_STEPS)))
+    concurrency = min(concurrency, trials)
+    rounds = math.ceil(trials / concurrency)
+    trial_steps = max(1, int(total / (concurrency * rounds)))
+    epochs = max(1, min(MAX_EPOCHS, trial_steps // MIN_EPOCH_STEPS))
+    why = (
+        f"{options.budget_text} at {seconds:.2f} s a step ({width} filters): {rounds} round(s) of {concurrency} "
+        f"trial(s) of {epochs * (trial_steps // epochs)} steps"
+    )
+    if trial_steps < MIN_TRIAL_STEPS:
+        why += f" (the budget buys fewer than {MIN_TRIAL_STEPS} steps even for one trial per worker)"
+    return Sizing(
+        trials=trials,
+        epochs=epochs,
+        steps_per_epoch=max(1, trial_steps // epochs),
+        concurrency=concurrency,
+        filters=width,
+        patch=patches[width],
+        step_seconds=seconds,
+        why=why,
     )
 
 
 def plan_search(
-    fingerprint: dict[str, Any], *, source: str, name: str, gpu_memory_gb: float | None, modalities: list[str]
+    fingerprint: dict[str, Any], *, source: str, name: str, modalities: list[str], options: PlanOptions
 ) -> str:
     """The search file's text (YAML with a comment for each rule) for the fingerprinted dataset."""
-    plan = _decide(fingerprint, gpu_memory_gb, modalities)
+    plan = _decide(fingerprint, options, modalities)
     fp = fingerprint
     lines = [
         HEADER + f" from the fingerprint of {fp['dataset']} ({fp['cases']} cases); each value says which rule gave it.",
         "# Search it:  distmis tune THIS_FILE        Then:  distmis evaluate runs/<name>/best --split test",
+        f"# Recipe: {plan.recipe.name} (distmis init --recipe); its configuration is the search's first point.",
         f"name: {name}",
         *_data_lines(plan, source),
         *_training_lines(plan),
+        *_model_lines(plan),
         *_search_lines(plan),
     ]
     return "\n".join(lines) + "\n"
@@ -173,17 +321,33 @@ def _data_lines(plan: _Plan, source: str) -> list[str]:
         f"    label_mode: {mode}      # {why}",
         f"    normalization: [{', '.join(schemes)}]   # per modality {plan.modalities}: CT by the training "
         "foreground's range, others z-scored per case",
-        "    split: [0.7, 0.15, 0.15]     # test cases kept for distmis evaluate; finalize cross-validates the rest",
+        (
+            f"    split: [0.8, 0.1, 0.1]     # fewer than {SMALL_DATASET} labelled cases: most of them train; test "
+            "cases kept for distmis evaluate; finalize cross-validates every other case"
+            if plan.small
+            else "    split: [0.7, 0.15, 0.15]     # test cases kept for distmis evaluate; finalize cross-validates the rest"
+        ),
     ]
+
+
+def _flow(values: dict[str, Any]) -> str:
+    """A mapping as one YAML flow line (values from the recipes: numbers, booleans, plain names)."""
+    import yaml
+
+    return yaml.safe_dump(values, default_flow_style=True, sort_keys=False, width=10**6).strip()
 
 
 def _training_lines(plan: _Plan) -> list[str]:
     where = "GPU" if plan.gpus else "CPU"
     rare = min((plan.fp["labels"][v]["voxel_fraction"] for v in plan.foreground), default=0.0)
+    sz = plan.sizing
+    oversampling = 0.0 if plan.whole else 0.33
     return [
         "train:",
-        f"  epochs: {EPOCHS}",
-        f"  batch_size_per_replica: {BATCH}     # nnU-Net's batch; normalisation does not depend on it (group)",
+        f"  epochs: {sz.epochs}                     # {sz.why}",
+        f"  steps_per_epoch: {sz.steps_per_epoch}           # iterations, each a random batch of patches (nnU-Net: "
+        "250), not a pass over the cases",
+        f"  batch_size_per_replica: {BATCH}     # nnU-Net's batch",
         f"  patch: {plan.patch}            # "
         + (
             f"the whole volume: it fits the {plan.budget:g} GiB {where} budget (~{plan.estimate_gb:.2f} GiB estimated)"
@@ -197,37 +361,65 @@ def _training_lines(plan: _Plan) -> list[str]:
             if plan.binary
             else "Dice + cross-entropy: thin structures need the per-voxel term"
         ),
-        f"  foreground_oversampling: {0.0 if plan.whole else 0.33}   # "
+        f"  foreground_oversampling: {oversampling}   # "
         + (
             "the patch is the whole volume: nothing to centre"
             if plan.whole
             else "a third of the patches centred on a foreground class (nnU-Net)"
             + (f"; the rarest label is {100 * rare:.2f}% of voxels" if plan.foreground else "")
         ),
-        f"model: {{depth: {plan.depth}, filters: {FILTERS}, norm: group, groups: 4}}   # depth: a level per "
-        f"halving of the smallest side ({min(plan.median)}) down to 16 voxels; group norm: batch statistics of "
-        f"{BATCH} patches are noise",
-        "optimizer: {name: adam}",
+        f"  lr_schedule: {plan.recipe.train['lr_schedule']}   # the {plan.recipe.name} recipe's"
+        + (", over every iteration of the trial" if plan.recipe.train["lr_schedule"] == "poly" else ""),
+        f"  warmup_epochs: {plan.recipe.train['warmup_epochs']}",
+    ]
+
+
+def _model_lines(plan: _Plan) -> list[str]:
+    model = {**plan.recipe.model, "depth": plan.depth, "filters": plan.sizing.filters}
+    model = {k: v for k, v in model.items() if v is not None or k == "max_filters"}
+    reason = "too slow a step for this budget on a CPU" if plan.sizing.step_seconds else "a CPU plan without --budget"
+    width = f"{plan.sizing.filters} base filters" + (
+        ""
+        if plan.sizing.filters == plan.recipe.model["filters"]
+        else f" (not the recipe's {plan.recipe.model['filters']}: {reason})"
+    )
+    return [
+        f"model: {_flow(model)}   # the {plan.recipe.name} recipe; depth {plan.depth} for the smallest side "
+        f"{min(plan.median)}; {width}",
+        f"optimizer: {_flow(plan.recipe.optimizer)}   # the {plan.recipe.name} recipe's",
     ]
 
 
 def _search_lines(plan: _Plan) -> list[str]:
-    return [
+    sz = plan.sizing
+    point = dict(plan.recipe.point)
+    space = dict(plan.recipe.space)
+    if plan.whole:  # nothing to centre on: do not search it
+        point.pop("foreground_oversampling", None)
+        space.pop("foreground_oversampling", None)
+    lines = [
         "search:",
         "  algorithm: optuna",
         "  metric: val_dice"
         + ("" if plan.binary else f"               # the mean over the {'regions' if plan.brats else 'classes'}"),
         "  mode: max",
-        f"  num_samples: {TRIALS}                 # the quickstart budget; raise it on a cluster",
-        f"  max_concurrent_trials: {1 if plan.gpus else 2}",
+        f"  num_samples: {sz.trials}                 # {sz.why.split(': ', 1)[0]}",
+        f"  max_concurrent_trials: {sz.concurrency}",
         "  seed: 0",
-        f"  # no scheduler: with {TRIALS} trials of {EPOCHS} epochs every trial can finish; add",
-        "  # scheduler: {type: asha, grace_period: 3, reduction_factor: 2} for a search of many more trials",
-        "space:",
-        "  lr: {loguniform: [1.0e-3, 2.0e-2]}   # Adam with group norm: where the recipe's searches pick",
-        "  beta_2: {choice: [0.99, 0.999]}",
-        f"parallelism: {{mode: experiment, workers_per_trial: 1, cpus_per_worker: 1, gpus_per_worker: {plan.gpus}}}",
+        f"  points: [{_flow(point)}]   # the {plan.recipe.name} recipe's own configuration, tried first",
+        "  scheduler: {type: none}   # no early stopping: every trial runs all its epochs",
     ]
+    if plan.options.budget_text:
+        lines.append(
+            f"  time_budget: {plan.options.budget_text}   # no trial starts after it; those running then are stopped"
+        )
+    lines.append("space:")
+    lines += [f"  {key}: {_flow(spec)}" for key, spec in space.items()]
+    cpus = max(1, plan.options.cores // sz.concurrency) if not plan.gpus else 1
+    lines.append(
+        f"parallelism: {{mode: experiment, workers_per_trial: 1, cpus_per_worker: {cpus}, gpus_per_worker: {plan.gpus}}}"
+    )
+    return lines
 
 
 def relative_source(dataset: Path, file: Path) -> str:
@@ -240,4 +432,4 @@ def relative_source(dataset: Path, file: Path) -> str:
         return str(dataset.resolve())
 
 
-__all__ = ["HEADER", "plan_search", "relative_source"]
+__all__ = ["HEADER", "MIN_TRIAL_STEPS", "PlanOptions", "Sizing", "conv_work", "plan_search", "relative_source"]

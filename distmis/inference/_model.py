@@ -197,7 +197,8 @@ def _read_ensemble(directory: Path) -> ModelRecord:
 
 
 def build_model(record: ModelRecord) -> keras.Model:
-    """Rebuild the U-Net of a single model from its configuration and load ``weights.npz`` into it.
+    """Rebuild the U-Net of a single model from its configuration and load ``weights.npz`` into it;
+    the full-resolution output only.
 
     Built in float32 whatever the training precision: the stored variables are float32 under
     every Keras mixed-precision policy, and inference accuracy should not depend on it.
@@ -205,7 +206,7 @@ def build_model(record: ModelRecord) -> keras.Model:
     import keras
 
     from distmis.exceptions import TrainingError
-    from distmis.model import build_unet
+    from distmis.model import build_unet, full_resolution
     from distmis.training import assign_by_path, load_arrays
 
     if record.is_ensemble:
@@ -222,7 +223,7 @@ def build_model(record: ModelRecord) -> keras.Model:
         assign_by_path(model.weights, load_arrays(path), prefix="model/", source=str(path))
     except TrainingError as exc:
         raise InferenceError(f"{exc} (was the directory assembled from different runs?)") from None
-    return model
+    return full_resolution(model)  # a deep-supervised model's lower heads are for training only
 
 
 def build_models(record: ModelRecord) -> list[keras.Model]:

@@ -12,7 +12,7 @@ from distmis.model._losses import (
 )
 from distmis.model._optimizers import build_optimizer
 from distmis.model._schedules import SCHEDULES, learning_rate_schedule
-from distmis.model._unet import build_unet
+from distmis.model._unet import build_unet, deep_supervision_weights, full_resolution
 from distmis.model._windows import cube_origins, gaussian_weight, window_starts
 
 __all__ = [
@@ -23,6 +23,8 @@ __all__ = [
     "SCHEDULES",
     "build_optimizer",
     "build_unet",
+    "deep_supervision_weights",
+    "full_resolution",
     "class_scores",
     "dice_loss",
     "dice_score",

@@ -1,4 +1,13 @@
-"""3D U-Net (Çiçek et al., 2016) as a Keras 3 functional model.
+"""3D U-Net (Çiçek et al., 2016) as a Keras 3 functional model, with nnU-Net's variants as options.
+
+nnU-Net's ``PlainConvUNet`` (dynamic-network-architectures) differs from the classic U-Net in four
+ways, each a ``model`` key here so that a search can vary it and a benchmark can measure it: the
+filters per level are capped (``max_filters``, 320 in 3D), the activation is a leaky ReLU
+(``activation``), a level starts with a strided convolution instead of max pooling
+(``downsample: strided``), and every decoder level has a 1x1 head trained on labels down-sampled to
+it (``deep_supervision``). Its convolutions also carry a bias before instance normalisation, which the
+normalisation's mean subtraction cancels; they are left out here (the parameter counts differ by
+the number of convolution channels, well under 1 %).
 
 Normalisation is always over the channel axis (-1, channels-last), whatever the layer: over
 any other axis it would mix voxels, not channels. ``instance`` is group
@@ -43,29 +52,47 @@ def _norm(kind: str, groups: int, name: str, *, recomputed: bool = False):  # no
     return None
 
 
-def _block_layers(filters: int, cfg: ModelConfig, name: str, *, recomputed: bool = False) -> list:
-    """conv -> norm -> ReLU, twice (dropout is applied by :func:`_conv_block`)."""
+#: nnU-Net's leaky ReLU slope (torch's LeakyReLU default; Keras's default is 0.3)
+LEAKY_SLOPE = 0.01
+
+
+def _activation(kind: str, name: str):  # noqa: ANN202
+    import keras
+
+    if kind == "leaky_relu":
+        return keras.layers.LeakyReLU(negative_slope=LEAKY_SLOPE, name=name)
+    return keras.layers.Activation("relu", name=name)
+
+
+def _block_layers(filters: int, cfg: ModelConfig, name: str, *, stride: int = 1, recomputed: bool = False) -> list:
+    """conv -> norm -> activation, twice, the first convolution at ``stride`` (dropout is applied by
+    :func:`_conv_block`)."""
     import keras
 
     layers = []
     for i in (1, 2):
         layers.append(
             keras.layers.Conv3D(
-                filters, cfg.kernel_size, padding="same", use_bias=cfg.norm == "none", name=f"{name}_conv{i}"
+                filters,
+                cfg.kernel_size,
+                strides=stride if i == 1 else 1,
+                padding="same",
+                use_bias=cfg.norm == "none",
+                name=f"{name}_conv{i}",
             )
         )
         norm = _norm(cfg.norm, cfg.groups, f"{name}_norm{i}", recomputed=recomputed)
         if norm is not None:
             layers.append(norm)
-        layers.append(keras.layers.Activation("relu", name=f"{name}_relu{i}"))
+        layers.append(_activation(cfg.activation, f"{name}_relu{i}"))
     return layers
 
 
-def _conv_block(x, filters: int, cfg: ModelConfig, name: str, *, skip=None):  # noqa: ANN001, ANN202
+def _conv_block(x, filters: int, cfg: ModelConfig, name: str, *, skip=None, stride: int = 1):  # noqa: ANN001, ANN202
     """The block's two convolutions; a decoder block first concatenates ``skip`` to ``x``."""
     import keras
 
-    layers = _block_layers(filters, cfg, name, recomputed=cfg.remat)
+    layers = _block_layers(filters, cfg, name, stride=stride, recomputed=cfg.remat)
     if skip is not None:
         layers.insert(0, keras.layers.Concatenate(axis=-1, name=f"{name}_concat"))
     inputs = x if skip is None else [x, skip]
@@ -128,8 +155,13 @@ def build_unet(
 ) -> keras.Model:
     """Build a 3D U-Net with a free spatial input shape (patches in training, volumes at inference).
 
+    With ``cfg.deep_supervision`` the model has one output per decoder level, full resolution first
+    (nnU-Net's order); :func:`full_resolution` gives the one-output model that inference uses, on
+    the same weights.
+
     Args:
-        cfg: depth, base filters (doubled per level), kernel size, normalisation, dropout, remat.
+        cfg: depth, filters per level, kernel size, normalisation, activation, down-sampling,
+            deep supervision, dropout, remat.
         channels: input modalities.
         num_classes: output channels.
         activation: ``sigmoid`` (binary, or one channel per region) or ``softmax`` (one channel
@@ -140,24 +172,59 @@ def build_unet(
     """
     import keras
 
-    if cfg.norm == "group" and cfg.filters % cfg.groups:
+    filters = cfg.level_filters()
+    if cfg.norm == "group" and any(f % cfg.groups for f in filters):
         raise ValueError(
-            f"group normalisation expects groups to divide filters. Received: groups={cfg.groups}, filters={cfg.filters}"
+            f"group normalisation expects groups to divide filters. Received: groups={cfg.groups}, filters={filters}"
         )
+    strided = cfg.downsample == "strided"
     inputs = keras.Input(shape=(None, None, None, channels), name="image")
     x = inputs
     skips = []
     for level in range(cfg.depth - 1):
-        x = _conv_block(x, cfg.filters * 2**level, cfg, f"down{level}")
+        x = _conv_block(x, filters[level], cfg, f"down{level}", stride=2 if strided and level else 1)
         skips.append(x)
-        # pooled in float32: TensorFlow has no float16 MaxPool3D kernel on the CPU, so a
-        # mixed_float16 model would not run there; the cast around one pooling is cheap
-        x = keras.layers.MaxPooling3D(2, name=f"pool{level}", dtype="float32")(x)
-    x = _conv_block(x, cfg.filters * 2 ** (cfg.depth - 1), cfg, "bottom")
-    for level in reversed(range(cfg.depth - 1)):
-        x = keras.layers.Conv3DTranspose(cfg.filters * 2**level, 2, strides=2, name=f"up{level}_tconv")(x)
-        x = _conv_block(x, cfg.filters * 2**level, cfg, f"up{level}", skip=skips[level])
+        if not strided:
+            # pooled in float32: TensorFlow has no float16 MaxPool3D kernel on the CPU, so a
+            # mixed_float16 model would not run there; the cast around one pooling is cheap
+            x = keras.layers.MaxPooling3D(2, name=f"pool{level}", dtype="float32")(x)
+    x = _conv_block(x, filters[-1], cfg, "bottom", stride=2 if strided and cfg.depth > 1 else 1)
     activation = activation or ("sigmoid" if num_classes == 1 else "softmax")
+    heads = []
+    for level in reversed(range(cfg.depth - 1)):
+        x = keras.layers.Conv3DTranspose(filters[level], 2, strides=2, name=f"up{level}_tconv")(x)
+        x = _conv_block(x, filters[level], cfg, f"up{level}", skip=skips[level])
+        if cfg.deep_supervision and level:
+            heads.append(_head(x, num_classes, activation, f"segmentation_level{level}"))
     # float32 output even under mixed precision: the loss needs full precision
-    outputs = keras.layers.Conv3D(num_classes, 1, activation=activation, dtype="float32", name="segmentation")(x)
-    return keras.Model(inputs, outputs, name=name)
+    outputs = _head(x, num_classes, activation, "segmentation")
+    if not heads:
+        return keras.Model(inputs, outputs, name=name)
+    return keras.Model(inputs, [outputs, *reversed(heads)], name=name)
+
+
+def _head(x, num_classes: int, activation: str, name: str):  # noqa: ANN001, ANN202
+    import keras
+
+    return keras.layers.Conv3D(num_classes, 1, activation=activation, dtype="float32", name=name)(x)
+
+
+def full_resolution(model: keras.Model) -> keras.Model:
+    """The model itself, or for a deep-supervised one the same layers with only the full-resolution
+    head as output (what validation and inference run: the lower heads would cost time for nothing)."""
+    import keras
+
+    if len(model.outputs) == 1:
+        return model
+    return keras.Model(model.inputs, model.outputs[0], name=f"{model.name}_full_resolution")
+
+
+def deep_supervision_weights(outputs: int) -> list[float]:
+    """nnU-Net's weights of the outputs of a deep-supervised U-Net, full resolution first: 1/2^i, the
+    lowest resolution's set to 0, normalised to sum to 1 (one output: ``[1.0]``)."""
+    if outputs <= 1:
+        return [1.0]
+    weights = [1.0 / 2**i for i in range(outputs)]
+    weights[-1] = 0.0
+    total = sum(weights)
+    return [w / total for w in weights]

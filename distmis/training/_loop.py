@@ -26,7 +26,16 @@ from distmis.exceptions import TrainingError
 from distmis.files import atomic_file
 from distmis.labels import class_names
 from distmis.metrics import DICE, IOU, VAL_DICE, VAL_IOU, VAL_LOSS, EpochMetrics, class_metric, class_metrics
-from distmis.model import build_optimizer, build_unet, class_scores, get_loss, learning_rate_schedule, resolve_loss
+from distmis.model import (
+    build_optimizer,
+    build_unet,
+    class_scores,
+    deep_supervision_weights,
+    full_resolution,
+    get_loss,
+    learning_rate_schedule,
+    resolve_loss,
+)
 from distmis.training._runtime import configured_threads
 
 #: the cubes' overlap when validation runs the sliding window (``predict``'s default)
@@ -111,6 +120,7 @@ class Trainer:
                 num_classes=manifest.num_classes,
                 activation="softmax" if self.exclusive else "sigmoid",
             )
+            self.eval_model = full_resolution(self.model)  # validation's: the full-resolution head
             optimizer = build_optimizer(config.optimizer, learning_rate=lr)
             if tc.precision == "mixed_float16":
                 optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
@@ -171,11 +181,26 @@ class Trainer:
         )
         scaled = self.config.train.precision == "mixed_float16"
         exclusive, classes = self.exclusive, self.class_count
+        # nnU-Net's deep supervision: output i (at 1/2^i resolution) against the labels taken at
+        # every 2^i-th voxel (nearest neighbour, as nnU-Net down-samples them), weighted
+        heads = deep_supervision_weights(len(model.outputs))
+
+        def supervised_loss(label: tf.Tensor, outputs: Any) -> tf.Tensor:
+            if len(heads) == 1:
+                return loss_fn(label, outputs)
+            # the lowest head's term too, at weight 0: its variables then get a (zero) gradient, as
+            # Keras expects of every trainable variable
+            terms = [
+                w * loss_fn(label[:, :: 2**i, :: 2**i, :: 2**i, :], out)
+                for i, (w, out) in enumerate(zip(heads, outputs, strict=True))
+            ]
+            return tf.add_n(terms)
 
         def step(image: tf.Tensor, label: tf.Tensor, weight: tf.Tensor) -> tuple[tf.Tensor, ...]:
             with tf.GradientTape() as tape:
-                pred = model(image, training=True)
-                per_example = loss_fn(label, pred) * weight
+                outputs = model(image, training=True)
+                pred = outputs if len(heads) == 1 else outputs[0]
+                per_example = supervised_loss(label, outputs) * weight
                 loss = tf.nn.compute_average_loss(per_example, global_batch_size=gb)
                 if model.losses:
                     loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
@@ -233,7 +258,7 @@ class Trainer:
 
         from distmis.model import cube_origins, gaussian_weight
 
-        model, shape = self.model, self.manifest.shape
+        model, shape = self.eval_model, self.manifest.shape
         patch = tuple(self.config.train.patch or shape)
         if patch == tuple(shape):
             return lambda image, label: model(image, training=False)

@@ -281,7 +281,14 @@ def _run_trials(
     with timings.phase("tuner_setup"):
         context = trial_context(config, prepared, plan.out)
         tuner = build_tuner(
-            config, plan.out, context, concurrency=concurrency, tracker=tracker, resume=plan.resume, verbose=verbose
+            config,
+            plan.out,
+            context,
+            concurrency=concurrency,
+            tracker=tracker,
+            resume=plan.resume,
+            verbose=verbose,
+            started=timings.started,
         )
     p = config.parallelism
     print(
@@ -307,8 +314,12 @@ def _end(
     grid: ResultGrid | None,
 ) -> SearchSummary:
     """The one ending of a search: interrupted (before or during the trials) or run to its end."""
+    from distmis.tuning._deadline import deadline_reached
+
     config = plan.config
-    if grid is None or STOP_REQUESTED.is_set() or unfinished_trials(grid):
+    budget = config.search.time_budget_seconds()
+    out_of_time = grid is not None and deadline_reached(plan.out, budget)
+    if grid is None or STOP_REQUESTED.is_set() or (unfinished_trials(grid) and not out_of_time):
         tracker.channel.wait_empty(config.tracking.final_flush_seconds)  # MLflow runs stay open for --resume
         if grid is None:
             print("distmis: stop requested before the trials started; --resume starts the search", flush=True)
@@ -320,6 +331,12 @@ def _end(
             )
         summary = SearchSummary.interrupted_search(config, plan.out, timings.started)
     else:
+        if out_of_time:
+            print(
+                f"distmis: time budget {config.search.time_budget} reached: running trials were stopped and "
+                f"kept; {unfinished_trials(grid) if grid is not None else 0} trial(s) did not start",
+                flush=True,
+            )
         with timings.phase("results"):
             timings.sum_trial_epochs(grid)
             summary = summarise(

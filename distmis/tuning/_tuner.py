@@ -98,8 +98,10 @@ def build_tuner(
     resume: bool,
     verbose: int,
     trial_label: TrialLabel | None = None,
+    started: float | None = None,
 ) -> Tuner:
-    """A new Tuner, or on ``--resume`` the interrupted one restored (its searcher and trials included)."""
+    """A new Tuner, or on ``--resume`` the interrupted one restored (its searcher and trials included,
+    and its deadline, which then counts the time the search spent before)."""
     from ray import tune
 
     from distmis.tuning._storage import remove_partials, tune_storage
@@ -118,6 +120,14 @@ def build_tuner(
             storage_filesystem=tune_storage(),
         )
     search_alg, param_space, num_samples = searcher(config, out, concurrency)
+    budget = config.search.time_budget_seconds()
+    deadline = None
+    if budget is not None:
+        import time
+
+        from distmis.tuning._deadline import SearchDeadline
+
+        deadline = SearchDeadline(budget, out, started if started is not None else time.time())
     return tune.Tuner(
         trainable,
         param_space=param_space,
@@ -135,6 +145,7 @@ def build_tuner(
             storage_path=str(out),
             storage_filesystem=tune_storage(),  # whole files only: a kill never leaves a part of Tune's state
             failure_config=tune.FailureConfig(max_failures=config.search.max_failures),
+            stop=deadline,
             # every mode checkpoints through Tune every epoch (a group's chief writes the files)
             checkpoint_config=tune.CheckpointConfig(num_to_keep=2, checkpoint_frequency=1, checkpoint_at_end=True),
             callbacks=_callbacks(config, context, tracker, concurrency, verbose, trial_label),

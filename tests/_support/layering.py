@@ -29,7 +29,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("console", "documents", "tensorflow_env", "redact", "metrics", "locks", "waits", "raycompat"),
     ("files",),
     ("labels", "space", "raysession", "reports"),
-    ("config",),
+    ("config", "recipes"),
     ("data", "model"),
     ("training", "tracking", "preflight"),
     ("tuning", "inference"),

@@ -33,7 +33,10 @@ def test_the_plan_follows_the_data(tmp_path: Path) -> None:
     assert plan["data"]["prepare"]["label_mode"] == "multiclass" and plan["train"]["loss"] == "dice_ce"
     assert plan["data"]["prepare"]["shape"] == [48, 40, 36]
     assert plan["train"]["patch"] == [48, 40, 36] and plan["train"]["foreground_oversampling"] == 0.0
-    assert plan["model"]["norm"] == "group"
+    # nnU-Net's depth (3 halvings to 4-voxel maps at 36) rounds the median shape up to a multiple of 8
+    nn = _plan(tmp_path, raw, "--recipe", "nnunet", "--overwrite")
+    assert nn["data"]["prepare"]["shape"] == [48, 40, 40] and nn["model"]["depth"] == 4
+    assert plan["model"]["norm"] == "group"  # distmis's recipe, the measured default
     assert plan["parallelism"]["gpus_per_worker"] == 0
     small = _plan(tmp_path, raw, "--gpu-memory", "0.02", "--overwrite")
     patch = small["train"]["patch"]
@@ -71,3 +74,76 @@ def test_init_never_replaces_a_file_it_did_not_write(assets: Assets, tmp_path: P
     check_case("init-no-dataset", "init", ws, ["init", "nothere", "--out", "x.yaml"], "nothere")
     (ws.dir / "link.yaml").symlink_to(ws.dir / "mine.yaml")
     check_case("init-through-link", "init", ws, ["init", "data", "--out", "link.yaml"], "link.yaml")
+
+
+def _claims(tmp_path: Path, raw: Path, *extra: str):
+    """init's file, read back through the config loader as tune reads it, with its text."""
+    from distmis.config import apply_params, load_config
+
+    _plan(tmp_path, raw, "--overwrite", *extra)
+    config = load_config(tmp_path / "plan.yaml", require_space=True)
+    return config, apply_params(config, config.search.points[0]), (tmp_path / "plan.yaml").read_text()
+
+
+def test_what_init_comments_is_what_the_file_resolves_to(tmp_path: Path) -> None:
+    """Each claim of init's comments checked against the resolved configuration, with and without a budget."""
+    from distmis.data import MIN_TRIAL_STEPS
+    from distmis.recipes import NNUNET
+
+    raw = write_msd(tmp_path / "raw", cases=10, shape=(32, 32, 32))
+    config, first, text = _claims(tmp_path, raw, "--recipe", "nnunet")
+    # "no early stopping: every trial runs all its epochs"
+    assert "no early stopping" in text and config.search.scheduler.type == "none"
+    # "no --budget: 8 trials of 12 epochs, each at least 250 steps"
+    assert config.search.num_samples == 8 and config.train.epochs == 12
+    assert config.train.epochs * config.train.steps_per_epoch >= MIN_TRIAL_STEPS
+    assert config.search.time_budget is None
+    # "the nnunet recipe's own configuration, tried first": the first trial is nnU-Net's configuration
+    assert first.optimizer.name == "sgd" and first.optimizer.nesterov and first.optimizer.lr == NNUNET.optimizer["lr"]
+    assert first.optimizer.momentum == 0.99 and first.optimizer.weight_decay == 3e-5
+    assert first.model.deep_supervision and first.model.norm == "instance" and first.model.activation == "leaky_relu"
+    assert first.model.downsample == "strided" and first.model.max_filters == 320
+    assert first.train.lr_schedule == "poly"
+    # "fewer than 20 labelled cases: most of them train"
+    assert list(config.data.prepare.split) == [0.8, 0.1, 0.1]
+    # "the whole volume ... nothing to centre"
+    assert list(config.train.patch) == list(config.data.prepare.shape) and config.train.foreground_oversampling == 0
+    # "depth 3 for the smallest side 32": nnU-Net's rule, deepest maps >= 4 voxels
+    assert config.model.depth == 4 and 32 / 2 ** (config.model.depth - 1) >= 4
+    # distmis's recipe, the default
+    old, old_first, _ = _claims(tmp_path, raw)
+    assert old.model.norm == "group" and old.optimizer.name == "adam" and not old_first.model.deep_supervision
+
+
+def test_a_budget_is_spent_on_trials_that_train(tmp_path: Path) -> None:
+    """--budget with a given step time: the trials fit the budget, none is shorter than one nnU-Net epoch
+    when the budget allows, and the deadline is in the file."""
+    from distmis.data import MIN_TRIAL_STEPS, TRAINING_SHARE
+
+    raw = write_msd(tmp_path / "raw", cases=10, shape=(32, 32, 32))
+    for budget, seconds, workers in (("5m", 0.3, 2), ("20m", 0.3, 2), ("24h", 2.0, 8), ("2m", 5.0, 2)):
+        config, _, text = _claims(
+            tmp_path, raw, "--budget", budget, "--step-seconds", str(seconds), "--workers", str(workers),
+            "--recipe", "nnunet",
+        )  # fmt: skip
+        assert config.search.time_budget == budget
+        budget_s = config.search.time_budget_seconds()
+        trial_steps = config.train.epochs * config.train.steps_per_epoch
+        concurrency = config.search.max_concurrent_trials
+        rounds = -(-config.search.num_samples // concurrency)
+        # --step-seconds is the recipe's 32-filter step; a CPU plan may narrow it, at the square of the width
+        step = seconds * (config.model.filters / 32) ** 2
+        assert f"{step:.2f} s a step ({config.model.filters} filters)" in text
+        assert rounds * trial_steps * step <= budget_s * TRAINING_SHARE + 1e-6, (budget, text)
+        if budget_s * TRAINING_SHARE * concurrency / step >= MIN_TRIAL_STEPS:
+            assert trial_steps >= MIN_TRIAL_STEPS * 0.99, (budget, trial_steps)
+        assert config.search.scheduler.type == "none"
+    bad = run_distmis(["init", str(raw), "--out", "bad.yaml", "--budget", "soon"], cwd=tmp_path)
+    assert bad.returncode == 2 and "--budget" in bad.stderr and not (tmp_path / "bad.yaml").exists()
+
+
+def test_a_budget_times_the_planned_network_here(tmp_path: Path) -> None:
+    raw = write_msd(tmp_path / "raw", cases=6, shape=(16, 16, 16))
+    config, _, text = _claims(tmp_path, raw, "--budget", "3m")
+    assert "s a step" in text and config.search.time_budget == "3m"
+    assert config.train.epochs * config.train.steps_per_epoch >= 1

@@ -388,3 +388,32 @@ def test_a_wall_time_warning_during_the_out_of_fold_predictions_stops_finalize_r
     resumed = _distmis("finalize", str(search), "--resume", "--out", str(out), "--overwrite")
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert (out / "cv.csv").is_file() and (search / "final" / "ensemble.json").is_file()
+
+
+@pytest.mark.slow
+def test_a_deep_supervised_nnunet_search_runs_through_finalize_and_evaluate(prepared16: Path, tmp_path: Path) -> None:
+    """nnU-Net's network (strided, leaky ReLU, instance norm, deep supervision) and optimiser, one trial:
+    trained, cross-validated into final/, and evaluated on the test split from the full-resolution head."""
+    import yaml
+
+    path = space_file(
+        tmp_path, prepared16, name="ds", algorithm="random", samples=1, epochs=2, concurrency=1,
+        space={"lr": {"loguniform": [5.0e-3, 2.0e-2]}},
+    )  # fmt: skip
+    doc = yaml.safe_load(path.read_text())
+    doc["model"] = {
+        "depth": 3, "filters": 4, "max_filters": 8, "norm": "instance", "activation": "leaky_relu",
+        "downsample": "strided", "deep_supervision": True,
+    }  # fmt: skip
+    doc["optimizer"] = {"name": "sgd", "momentum": 0.99, "nesterov": True, "weight_decay": 3e-5, "global_clipnorm": 12}
+    doc["train"].update(lr_schedule="poly", steps_per_epoch=3)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    out = tmp_path / "runs" / "ds"
+    tuned = _distmis("tune", str(path), "--out", str(out))
+    assert tuned.returncode == 0, tuned.stdout[-2000:] + tuned.stderr[-2000:]
+    finalized = _distmis("finalize", str(out), "--top", "1", "--folds", "2", "--no-tta")
+    assert finalized.returncode == 0, finalized.stdout[-2000:] + finalized.stderr[-2000:]
+    scored = _distmis("evaluate", str(out / "final"), "--split", "test", "--no-track")
+    assert scored.returncode == 0, scored.stdout[-2000:] + scored.stderr[-2000:]
+    summary = json.loads((out / "evaluate-final-test" / "summary.json").read_text())
+    assert summary["scored"] == summary["cases"] > 0 and 0 <= summary["metrics"]["dice"]["mean"] <= 1

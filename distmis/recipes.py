@@ -1,0 +1,122 @@
+"""Training recipes: the model, optimiser and training values a planned search starts from.
+
+``distmis init`` writes a recipe's values into the search file explicitly and puts the recipe's
+configuration first in ``search.points``, so that the search starts where the recipe would end its
+planning and then searches the space around it. Two recipes are named:
+
+- ``nnunet``: nnU-Net v2's ``3d_fullres`` recipe in Keras: filters doubled per level from 32 to a cap
+  of 320, instance normalisation, leaky ReLU, strided-convolution down-sampling, deep supervision;
+  SGD with Nesterov momentum 0.99, weight decay 3e-5, the gradient's norm clipped at 12, learning
+  rate 1e-2 with poly decay over every iteration; a third of the patches centred on foreground.
+  Its depth follows nnU-Net's planner: one level per halving while the deepest maps keep 4 voxels,
+  at most 6 levels. On a CPU the base width is planned narrower (see :func:`base_filters`).
+- ``distmis``: the recipe distmis trained with before: 8 filters, group normalisation, ReLU, max
+  pooling, one output; Adam at a constant learning rate, searched over 1e-3 .. 2e-2.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+#: nnU-Net's widths in 3D: the first level's filters and the cap of every level
+NNUNET_FILTERS, NNUNET_MAX_FILTERS = 32, 320
+#: nnU-Net's planner stops pooling an axis below this many voxels
+NNUNET_MIN_FEATURE_MAP = 4
+#: the narrower widths a CPU plan may take instead of nnU-Net's 32, widest first
+CPU_FILTERS = (16, 8)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One named recipe: the sections' values, and the space a search varies around them."""
+
+    name: str
+    model: dict[str, Any]
+    optimizer: dict[str, Any]
+    train: dict[str, Any]
+    #: ``{param: spec}`` of the search around the recipe's own point (which is its first trial)
+    space: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: the recipe's own values of the searched parameters: ``search.points[0]``
+    point: dict[str, Any] = field(default_factory=dict)
+
+    def depth(self, smallest_side: int) -> int:
+        """The U-Net's levels for a patch whose smallest side is ``smallest_side``."""
+        if self.name == "nnunet":
+            # nnU-Net's planner: halve while the deepest maps keep NNUNET_MIN_FEATURE_MAP voxels, <= 6 stages
+            return max(2, min(6, int(math.log2(max(smallest_side, 8) / NNUNET_MIN_FEATURE_MAP)) + 1))
+        # one level per halving while the deepest maps keep 16 voxels, 3 to 5
+        return max(3, min(5, int(math.log2(max(smallest_side, 16) / 16)) + 1))
+
+
+NNUNET = Recipe(
+    name="nnunet",
+    model={
+        "filters": NNUNET_FILTERS,
+        "max_filters": NNUNET_MAX_FILTERS,
+        "norm": "instance",
+        "activation": "leaky_relu",
+        "downsample": "strided",
+        "deep_supervision": True,
+    },
+    optimizer={
+        "name": "sgd",
+        "lr": 1.0e-2,
+        "momentum": 0.99,
+        "nesterov": True,
+        "weight_decay": 3.0e-5,
+        "global_clipnorm": 12.0,
+    },
+    train={"lr_schedule": "poly", "warmup_epochs": 0},
+    space={
+        "lr": {"loguniform": [3.0e-3, 3.0e-2]},
+        "momentum": {"choice": [0.9, 0.95, 0.99]},
+        "deep_supervision": {"choice": [True, False]},
+        "foreground_oversampling": {"choice": [0.33, 0.5]},
+    },
+    point={"lr": 1.0e-2, "momentum": 0.99, "deep_supervision": True, "foreground_oversampling": 0.33},
+)
+
+DISTMIS = Recipe(
+    name="distmis",
+    model={
+        "filters": 8,
+        "max_filters": None,
+        "norm": "group",
+        "groups": 4,
+        "activation": "relu",
+        "downsample": "maxpool",
+        "deep_supervision": False,
+    },
+    optimizer={"name": "adam", "lr": 3.0e-3},
+    train={"lr_schedule": "constant", "warmup_epochs": 0},
+    space={"lr": {"loguniform": [1.0e-3, 2.0e-2]}, "beta_2": {"choice": [0.99, 0.999]}},
+    point={"lr": 3.0e-3, "beta_2": 0.999},
+)
+
+RECIPES: dict[str, Recipe] = {r.name: r for r in (NNUNET, DISTMIS)}
+#: what ``distmis init`` plans without ``--recipe``. Measured on the MNI152 anatomy task at 150 steps
+#: on a CPU (docs/benchmarks.md, "Recipes"): nnU-Net's recipe at 8 or 16 base filters scored 0.83-0.86
+#: grey / 0.84-0.89 white matter, distmis's 0.89-0.90 / 0.91-0.92; a default moves only on a measured gain
+DEFAULT_RECIPE = "distmis"
+
+
+def base_filters(recipe: Recipe, step_seconds: dict[int, float] | None, *, gpu: bool, trial_steps: int,
+                 budget_seconds: float | None, concurrency: int) -> int:  # fmt: skip
+    """The first level's filters: the recipe's on a GPU; on a CPU the widest of the recipe's and
+    :data:`CPU_FILTERS` with which the budget still runs two rounds of trials of ``trial_steps``
+    steps each (the narrowest when none does, or when no budget is given)."""
+    if recipe.name != "nnunet" or gpu:
+        return int(recipe.model["filters"])
+    widths = (NNUNET_FILTERS, *CPU_FILTERS)
+    if budget_seconds is None or not step_seconds:
+        return widths[-1]
+    for width in widths:
+        seconds = step_seconds.get(width)
+        if seconds is not None and budget_seconds * concurrency / (seconds * trial_steps) >= 2 * concurrency:
+            return width
+    return widths[-1]
+
+
+__all__ = ["CPU_FILTERS", "DEFAULT_RECIPE", "DISTMIS", "NNUNET", "RECIPES", "Recipe", "base_filters"]

@@ -1,0 +1,97 @@
+"""``search.time_budget``: a search's deadline, counted over every run of it.
+
+Ray Tune's own ``time_budget_s`` starts afresh when a search is restored, so a search killed after
+25 of its 30 minutes would get 30 more on ``--resume``. This stopper (Ray Tune's public ``Stopper``)
+keeps the seconds already spent in the search directory (:attr:`RunFile.TIME_SPENT`) and adds the
+current run's: once the sum reaches the budget, Tune stops every running trial (their results so
+far are kept, and the best of them is the search's best) and starts no new one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from ray.tune import Stopper
+
+from distmis.files import write_json_atomic
+from distmis.schema import RunFile
+
+#: how often the spent seconds are written while the search runs (a kill loses at most this)
+WRITE_EVERY_SECONDS = 5.0
+
+
+def time_spent(out: Path) -> float:
+    """The seconds a search in ``out`` has spent in its earlier runs (0 for a new one)."""
+    path = out / RunFile.TIME_SPENT
+    if path.is_symlink() or not path.is_file():
+        return 0.0
+    try:
+        value = float(json.loads(path.read_text())["seconds"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0.0
+    return value if math.isfinite(value) and value >= 0 else 0.0
+
+
+class SearchDeadline(Stopper):
+    """Stops the whole search once ``budget_seconds`` of wall time are spent over all its runs.
+
+    Args:
+        budget_seconds: ``search.time_budget`` in seconds.
+        out: the search directory (where the spent seconds are kept).
+        started: when this run of the command started (``time.time()``): set-up counts too.
+    """
+
+    def __init__(self, budget_seconds: float, out: Path, started: float) -> None:
+        self.budget_seconds = float(budget_seconds)
+        self.out = Path(out)
+        self._begin(started)
+
+    def _begin(self, started: float) -> None:
+        self.before = time_spent(self.out)
+        self.started = started
+        self.last_write = 0.0
+        self.reached = False
+
+    def spent(self) -> float:
+        return self.before + max(0.0, time.time() - self.started)
+
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        return False  # no single trial is stopped for its own sake: stop_all stops them together
+
+    def stop_all(self) -> bool:
+        spent = self.spent()
+        if time.monotonic() - self.last_write >= WRITE_EVERY_SECONDS:
+            self.record()
+        if spent >= self.budget_seconds and not self.reached:
+            self.reached = True
+            self.record()
+        return self.reached
+
+    def record(self) -> None:
+        """Write the seconds spent so far (the command also calls it at its end)."""
+        write_json_atomic(
+            self.out / RunFile.TIME_SPENT,
+            {"seconds": round(self.spent(), 3), "budget_seconds": self.budget_seconds},
+        )
+        self.last_write = time.monotonic()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"budget_seconds": self.budget_seconds, "out": str(self.out)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # restored by Tuner.restore on --resume: this run starts now, after what is recorded
+        self.budget_seconds = float(state["budget_seconds"])
+        self.out = Path(state["out"])
+        self._begin(time.time())
+
+
+def deadline_reached(out: Path, budget_seconds: float | None) -> bool:
+    """Whether the search in ``out`` has spent its budget (what makes unstarted trials not an interruption)."""
+    return budget_seconds is not None and time_spent(out) >= budget_seconds
+
+
+__all__ = ["SearchDeadline", "deadline_reached", "time_spent"]

@@ -1,0 +1,101 @@
+"""nnU-Net's network in Keras: the same parameters as nnU-Net's for the same plan, and deep supervision.
+
+nnU-Net's count is computed here from its published architecture (dynamic-network-architectures'
+``PlainConvUNet``: ``PlainConvEncoder`` + ``UNetDecoder``), not by importing torch: every stage is
+``n_conv_per_stage`` 3x3x3 convolutions with bias, each followed by an affine instance norm; a decoder
+stage is a 2x2x2 transposed convolution with bias from the stage below, the concatenation with the
+skip, its convolutions, and a 1x1 segmentation head with bias, built on every decoder stage whether
+deep supervision is on or not.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from distmis.config import ModelConfig
+from distmis.model import build_unet, deep_supervision_weights, full_resolution
+
+
+def _conv(cin: int, cout: int, k: int = 3) -> int:
+    return k**3 * cin * cout + cout  # weights + bias (nnU-Net's conv_bias: True)
+
+
+def nnunet_parameters(channels: int, classes: int, features: list[int], convs: int = 2) -> int:
+    """``PlainConvUNet``'s trainable parameters for ``features`` per stage (the plan's
+    ``features_per_stage``), ``n_conv_per_stage`` = ``n_conv_per_stage_decoder`` = ``convs``."""
+    total = 0
+    cin = channels
+    for f in features:  # encoder: the first convolution of a stage (strided from stage 1) changes the width
+        for i in range(convs):
+            total += _conv(cin if i == 0 else f, f) + 2 * f  # + instance norm's affine scale and shift
+        cin = f
+    for below, skip in zip(features[:0:-1], features[-2::-1], strict=True):  # decoder, lowest stage first
+        total += _conv(below, skip, k=2)  # transposed convolution, stride 2
+        for i in range(convs):
+            total += _conv(2 * skip if i == 0 else skip, skip) + 2 * skip
+        total += _conv(skip, classes, k=1)  # its segmentation head
+    return total
+
+
+def nnunet_model(depth: int) -> ModelConfig:
+    return ModelConfig(
+        depth=depth,
+        filters=32,
+        max_filters=320,
+        norm="instance",
+        activation="leaky_relu",
+        downsample="strided",
+        deep_supervision=True,
+    )
+
+
+@pytest.mark.parametrize(
+    ("depth", "channels", "classes"),
+    [
+        (4, 2, 3),  # the anatomy task at 48 x 56 x 48: three poolings to a 6 x 7 x 6 bottleneck
+        (5, 1, 2),
+        (6, 4, 4),  # MSD Task01 (BraTS) at 128^3: nnU-Net's plan, features 32 .. 320, 320
+    ],
+)
+def test_same_parameter_count_as_nnunet_for_the_same_plan(depth: int, channels: int, classes: int) -> None:
+    cfg = nnunet_model(depth)
+    features = [min(32 * 2**s, 320) for s in range(depth)]
+    assert cfg.level_filters() == features
+    expected = nnunet_parameters(channels, classes, features)
+    got = build_unet(cfg, channels=channels, num_classes=classes).count_params()
+    # the only difference: no bias before instance norm (it is cancelled by the mean subtraction)
+    assert abs(got - expected) / expected < 0.01, (got, expected)
+    biases = sum(f * 2 for f in features) + sum(f * 2 for f in features[:-1])
+    assert got == expected - biases
+    if depth == 4:
+        assert 5.5e6 < expected < 5.7e6  # the 5.6 M parameters nnU-Net reported on the anatomy task
+
+
+def test_deep_supervision_weights_are_nnunets() -> None:
+    assert deep_supervision_weights(1) == [1.0]
+    # 1, 1/2, 1/4 and the lowest 0, normalised
+    np.testing.assert_allclose(deep_supervision_weights(4), np.array([1, 0.5, 0.25, 0]) / 1.75)
+    np.testing.assert_allclose(sum(deep_supervision_weights(5)), 1.0)
+    assert deep_supervision_weights(2) == [1.0, 0.0]
+
+
+def test_deep_supervised_outputs_and_the_full_resolution_view() -> None:
+    model = build_unet(nnunet_model(4).model_copy(update={"filters": 4, "max_filters": 12}), channels=2, num_classes=3)
+    x = np.random.default_rng(0).normal(size=(1, 16, 24, 16, 2)).astype(np.float32)
+    outs = model(x, training=False)
+    assert [tuple(o.shape) for o in outs] == [(1, 16, 24, 16, 3), (1, 8, 12, 8, 3), (1, 4, 6, 4, 3)]
+    main = full_resolution(model)
+    np.testing.assert_allclose(main(x).numpy(), outs[0].numpy(), rtol=1e-5, atol=1e-6)
+    assert len(main.weights) < len(model.weights)  # the lower heads are not in the inference model
+    plain = build_unet(ModelConfig(depth=3, filters=4, norm="none"), channels=2, num_classes=1)
+    assert full_resolution(plain) is plain
+
+
+def test_strided_leaky_model_builds_without_pooling() -> None:
+    model = build_unet(nnunet_model(3).model_copy(update={"deep_supervision": False}), channels=1, num_classes=1)
+    names = [layer.name for layer in model.layers]
+    assert not any(n.startswith("pool") for n in names)
+    assert model.get_layer("down1_conv1").strides == (2, 2, 2)
+    assert abs(model.get_layer("down0_relu1").negative_slope - 0.01) < 1e-9
+    assert model.get_layer("bottom_conv1").strides == (2, 2, 2)

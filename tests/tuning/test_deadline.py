@@ -1,0 +1,43 @@
+"""search.time_budget: the deadline counts every run of a search, and a bad duration names the key."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import time
+from pathlib import Path
+
+import pytest
+
+from distmis.config import SearchConfig
+from distmis.schema import RunFile
+from distmis.tuning._deadline import SearchDeadline, deadline_reached, time_spent
+
+
+def test_a_resumed_search_counts_the_time_already_spent(tmp_path: Path) -> None:
+    deadline = SearchDeadline(60.0, tmp_path, started=time.time() - 50)
+    assert not deadline.stop_all()  # 50 of 60 s
+    assert 49 < time_spent(tmp_path) < 55  # written as it runs
+    # --resume: Tune unpickles the stopper; the new run starts after the 50 s recorded
+    restored = pickle.loads(pickle.dumps(deadline))
+    assert 49 < restored.before < 55 and not restored.stop_all()
+    restored.started -= 15  # 15 s into the resumed run: 65 of 60 s
+    assert restored.stop_all() and deadline_reached(tmp_path, 60.0)
+    assert json.loads((tmp_path / RunFile.TIME_SPENT).read_text())["seconds"] >= 60
+    assert not deadline_reached(tmp_path, None) and not deadline_reached(tmp_path, 3600.0)
+
+
+def test_a_spent_budget_stops_a_resumed_search_at_once(tmp_path: Path) -> None:
+    (tmp_path / RunFile.TIME_SPENT).write_text(json.dumps({"seconds": 1800.5}))
+    assert SearchDeadline(1800.0, tmp_path, started=time.time()).stop_all()
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("30m", 1800), ("24h", 86400), ("1h30m", 5400), ("90", 90)])
+def test_durations_as_slurm_users_write_them(text: str, seconds: float) -> None:
+    assert SearchConfig(time_budget=text).time_budget_seconds() == seconds
+
+
+@pytest.mark.parametrize("text", ["soon", "0m", "-1h", "inf", "30 minutes"])
+def test_a_bad_duration_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="duration"):
+        SearchConfig(time_budget=text)
