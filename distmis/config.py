@@ -169,6 +169,12 @@ class TrainConfig(_Section):
     foreground_oversampling: float = Field(
         0.0, ge=0, le=1, description="share of patches centred on a foreground voxel of a random class (nnU-Net 0.33)"
     )
+    validation: Literal["window", "patch"] = Field(
+        "window",
+        description="window: each validation case whole, by the sliding window predict uses; patch: a few "
+        "fixed patch-sized crops of each (nnU-Net's pseudo-Dice), for volumes whose window costs more than an epoch",
+    )
+    validation_patches: int = Field(4, ge=1, description="crops of each validation case with validation: patch")
     precision: Literal["float32", "mixed_float16", "mixed_bfloat16"] = "float32"
     threads: int | None = Field(None, ge=1, description="TensorFlow intra/inter-op threads; default: the CPUs given")
     seed: int = 0

@@ -213,6 +213,7 @@ def make_dataset(
     pad_to_batches: int | None = None,
     threads: int | None = None,
     foreground_oversampling: float = 0.0,
+    validation_patches: int = 0,
 ) -> tf.data.Dataset:
     """Build the input pipeline of one worker.
 
@@ -232,6 +233,10 @@ def make_dataset(
             the host, which steals CPUs from concurrent trials).
         foreground_oversampling: share of training patches centred on foreground (see
             :class:`PatchSampler`); the others are placed uniformly.
+        validation_patches: evaluation only: instead of whole volumes, this many ``patch``-sized
+            crops of each case, the same every epoch (seeded by ``seed``), a third centred on
+            foreground: nnU-Net's pseudo-Dice, for volumes whose sliding window costs more than
+            the epoch's training.
 
     Patches are read by Python (``tf.numpy_function``): drop an iterator of a training pipeline
     before the interpreter finalises (``del it``), or end the process with
@@ -257,6 +262,10 @@ def make_dataset(
     if training:
         ds = _training_pipeline(
             manifest, local, batch_size, patch, augment_config, seed, shard_index, parallel, foreground_oversampling
+        )
+    elif validation_patches and patch is not None and tuple(patch) != tuple(manifest.shape):
+        ds = _patch_evaluation_pipeline(
+            manifest, cases, local, patch, validation_patches, seed, batch_size, pad_to_batches, parallel
         )
     else:
         ds = _evaluation_pipeline(manifest, local, cases[0], batch_size, pad_to_batches, parallel)
@@ -330,6 +339,52 @@ def _evaluation_pipeline(
         (tf.constant([n for n, _ in names], tf.string), tf.constant([w for _, w in names], tf.float32))
     )
     ds = listed.map(whole, num_parallel_calls=parallel, deterministic=True)
+    return ds.batch(batch_size, drop_remainder=pad_to_batches is not None)
+
+
+#: the share of validation patches centred on foreground (nnU-Net's oversampling)
+VALIDATION_OVERSAMPLING = 1 / 3
+
+
+def _patch_evaluation_pipeline(
+    manifest: Manifest,
+    cases: list[str],
+    local: list[str],
+    patch: tuple[int, int, int],
+    per_case: int,
+    seed: int,
+    batch_size: int,
+    pad_to_batches: int | None,
+    parallel: int,
+) -> tf.data.Dataset:
+    """``per_case`` fixed patches of each of this worker's cases (padding: zero-weight patches of the
+    split's first case). A patch's seed depends on its case and number only, so every epoch and every
+    worker layout scores the same patches."""
+    import tensorflow as tf
+
+    to_channels = _label_channels(manifest)
+    sampler = PatchSampler(manifest, cases, patch, VALIDATION_OVERSAMPLING)
+    size = sampler.size
+    items = [
+        (cases.index(c), seed * 1_000_003 + cases.index(c) * 1009 + k, 1.0) for c in local for k in range(per_case)
+    ]
+    if pad_to_batches is not None:
+        items += [(0, seed, 0.0)] * max(0, pad_to_batches * batch_size - len(items))
+        items = items[: pad_to_batches * batch_size]
+
+    def read(index: tf.Tensor, s: tf.Tensor, weight: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        image, label = tf.numpy_function(sampler, [index, s], (tf.float32, tf.uint8), stateful=False)
+        image = tf.ensure_shape(image, [*size, manifest.channels])
+        return image, to_channels(tf.ensure_shape(label, list(size))), weight
+
+    listed = tf.data.Dataset.from_tensor_slices(
+        (
+            tf.constant([i for i, _, _ in items], tf.int64),
+            tf.constant([s % (2**31 - 1) for _, s, _ in items], tf.int64),
+            tf.constant([w for _, _, w in items], tf.float32),
+        )
+    )
+    ds = listed.map(read, num_parallel_calls=parallel, deterministic=True)
     return ds.batch(batch_size, drop_remainder=pad_to_batches is not None)
 
 

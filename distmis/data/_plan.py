@@ -368,6 +368,13 @@ def _training_lines(plan: _Plan) -> list[str]:
             else "a third of the patches centred on a foreground class (nnU-Net)"
             + (f"; the rarest label is {100 * rare:.2f}% of voxels" if plan.foreground else "")
         ),
+        f"  validation: {'window' if plan.whole else 'patch'}   # "
+        + (
+            "each validation case whole, as predict segments it"
+            if plan.whole
+            else "fixed patches of each validation case every epoch (nnU-Net's pseudo-Dice): a whole volume's "
+            "sliding window would cost more than an epoch's training"
+        ),
         f"  lr_schedule: {plan.recipe.train['lr_schedule']}   # the {plan.recipe.name} recipe's"
         + (", over every iteration of the trial" if plan.recipe.train["lr_schedule"] == "poly" else ""),
         f"  warmup_epochs: {plan.recipe.train['warmup_epochs']}",

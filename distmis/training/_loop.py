@@ -130,9 +130,8 @@ class Trainer:
 
         self._loss_fn = get_loss(resolve_loss(tc.loss, mode), mode)
         self._train_iter = iter(self.strategy.distribute_datasets_from_function(self._train_dataset_fn))
-        # one input pipeline per worker; each step consumes one per-replica batch per local replica
-        per_worker_batch = tc.batch_size_per_replica * max(1, self.replicas // self.num_workers)
-        self._val_steps = eval_batches(self.n_val, self.num_workers, per_worker_batch) if self.n_val else 0
+        self.val_patches = self._validation_patches()  # 0: whole cases
+        self._val_steps = self._validation_steps()
         self._train_step = self._make_train_step()
         self._eval_step = self._make_eval_step()
         self.epoch = 0
@@ -166,7 +165,25 @@ class Trainer:
             shard_index=ctx.input_pipeline_id,
             pad_to_batches=self._val_steps * replicas_per_pipeline,
             threads=configured_threads(),
+            patch=self.config.train.patch,
+            seed=self.config.train.seed,
+            validation_patches=self.val_patches,
         )
+
+    def _validation_steps(self) -> int:
+        """Evaluation batches per worker; one input pipeline per worker, each step consuming one
+        per-replica batch per local replica."""
+        if not self.n_val:
+            return 0
+        per_worker_batch = self.config.train.batch_size_per_replica * max(1, self.replicas // self.num_workers)
+        return eval_batches(self.n_val * max(1, self.val_patches), self.num_workers, per_worker_batch)
+
+    def _validation_patches(self) -> int:
+        """Crops per validation case (0: whole cases by the sliding window)."""
+        tc = self.config.train
+        if tc.validation != "patch" or tc.patch is None or tuple(tc.patch) == tuple(self.manifest.shape):
+            return 0
+        return tc.validation_patches
 
     # ------------------------------------------------------------------ steps
     def _make_train_step(self):  # noqa: ANN202
@@ -260,7 +277,7 @@ class Trainer:
 
         model, shape = self.eval_model, self.manifest.shape
         patch = tuple(self.config.train.patch or shape)
-        if patch == tuple(shape):
+        if patch == tuple(shape) or self.val_patches:  # a whole volume, or patches: one forward pass
             return lambda image, label: model(image, training=False)
         origins = cube_origins(shape, patch, VALIDATION_OVERLAP)  # type: ignore[arg-type]
         weight = gaussian_weight(patch)  # type: ignore[arg-type]

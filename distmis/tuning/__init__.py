@@ -1,5 +1,6 @@
 """Tuning: Ray Tune searches (Optuna TPE, random, grid; ASHA; resume) over the one trainable of every mode."""
 
+from distmis.tuning._deadline import SearchDeadline, deadline_reached, time_spent
 from distmis.tuning._interrupt import STOP_REQUESTED, stop_on_signals, stop_on_walltime_warning
 from distmis.tuning._phases import (
     Timings,
@@ -33,6 +34,9 @@ from distmis.tuning._workers import TrialSession, TrialStart, WorkerGroup
 
 __all__ = [
     "STOP_REQUESTED",
+    "SearchDeadline",
+    "deadline_reached",
+    "time_spent",
     "read_recorded",
     "mend_journal",
     "stop_on_walltime_warning",

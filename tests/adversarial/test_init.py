@@ -42,6 +42,7 @@ def test_the_plan_follows_the_data(tmp_path: Path) -> None:
     patch = small["train"]["patch"]
     assert all(p <= s for p, s in zip(patch, [48, 40, 36], strict=True)) and patch != [48, 40, 36]
     assert small["train"]["foreground_oversampling"] > 0 and small["parallelism"]["gpus_per_worker"] == 1
+    assert small["train"]["validation"] == "patch" and plan["train"]["validation"] == "window"
 
 
 def test_one_label_plans_a_binary_dice_search(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from distmis.config import SearchConfig
 from distmis.schema import RunFile
-from distmis.tuning._deadline import SearchDeadline, deadline_reached, time_spent
+from distmis.tuning import SearchDeadline, deadline_reached, time_spent
 
 
 def test_a_resumed_search_counts_the_time_already_spent(tmp_path: Path) -> None:

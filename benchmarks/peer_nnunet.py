@@ -1,0 +1,385 @@
+"""distmis against nnU-Net v2 on the same task, the same test cases and the same wall time.
+
+For each task, budget and seed:
+
+- **distmis**: ``distmis init DATA --budget B`` (its defaults otherwise, or ``--recipe``), ``distmis
+  tune`` of the file it wrote (the search includes its own prepare), then ``distmis evaluate`` of the
+  best model on the search's test split, with test-time mirroring as nnU-Net predicts by default;
+- **nnU-Net v2**: the same MSD task converted to nnU-Net's raw format (one file per channel,
+  ``dataset.json`` with ``channel_names``, ``labels`` and ``file_ending``) with the search's test
+  cases as ``imagesTs`` and every other labelled case for training; ``nnUNetv2_plan_and_preprocess``;
+  ``nnUNetv2_train DATASET 3d_fullres all`` with a trainer variant whose only change is its length:
+  epochs of ``--iterations`` steps, as many as fit the budget after timing three steps (its poly
+  schedule then runs to its end); ``nnUNetv2_predict`` of the test cases (nnU-Net's default 8-way
+  mirroring). Its predictions are scored by distmis's own metrics (``score_case``).
+
+The trainer variant is installed the way nnU-Net documents it: as a module inside
+``nnunetv2/training/nnUNetTrainer`` of the environment nnU-Net runs in (the ``peers`` extra:
+``pip install '.[peers]'``, or ``--nnunet-python`` for another environment).
+
+Writes ``OUT/results.json``, ``OUT/results.md`` (median and range over seeds per system and budget)
+and ``OUT/dice_vs_time.png`` (test Dice per class against wall time); finished runs are kept, so a
+second call only runs what is missing. Peak memory is the largest summed RSS of each command's
+process tree, sampled every half second.
+
+    python benchmarks/peer_nnunet.py --task mni152 --budgets 5m,20m --seeds 0,1,2 --out runs/peer
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+TRAINER = "nnUNetTrainer_DistmisBudget"
+#: the trainer variant: nnUNetTrainer with epochs of DISTMIS_PEER_ITERATIONS steps, as many as the
+#: budget holds after three timed steps; validation iterations cut to a tenth of them (nnU-Net's
+#: pseudo-Dice is only logged); everything else nnU-Net's default
+TRAINER_SOURCE = '''
+import os
+import time
+
+import torch
+
+from nnunetv2.training.lr_scheduler.polylr import PolyLRScheduler
+from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
+
+
+class nnUNetTrainer_DistmisBudget(nnUNetTrainer):
+    """nnUNetTrainer sized to a wall-time budget (distmis's benchmarks/peer_nnunet.py)."""
+
+    def __init__(self, plans, configuration, fold, dataset_json, device=torch.device("cuda")):
+        super().__init__(plans, configuration, fold, dataset_json, device)
+        self.num_iterations_per_epoch = int(os.environ.get("DISTMIS_PEER_ITERATIONS", "25"))
+        self.num_val_iterations_per_epoch = max(1, self.num_iterations_per_epoch // 10)
+        self.budget_seconds = float(os.environ["DISTMIS_PEER_BUDGET_S"])
+        self.started = time.time()
+
+    def on_train_start(self):
+        super().on_train_start()
+        timed = []
+        for _ in range(3):
+            start = time.time()
+            self.train_step(next(self.dataloader_train))
+            timed.append(time.time() - start)
+        step = sorted(timed)[1]
+        left = self.budget_seconds - (time.time() - self.started)
+        per_epoch = step * (self.num_iterations_per_epoch + self.num_val_iterations_per_epoch / 3)
+        self.num_epochs = max(1, int(left // per_epoch))
+        self.lr_scheduler = PolyLRScheduler(self.optimizer, self.initial_lr, self.num_epochs)
+        self.print_to_log_file(f"budget {self.budget_seconds:.0f} s: {self.num_epochs} epochs at {step:.2f} s a step")
+'''
+
+
+def _duration(text: str) -> float:
+    from distmis.config import parse_duration
+
+    return parse_duration(text)
+
+
+class PeakMemory:
+    """The largest summed RSS of a process and its descendants, sampled every half second."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.peak, self._stop = pid, 0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        import psutil
+
+        while not self._stop.is_set():
+            try:
+                root = psutil.Process(self.pid)
+                procs = [root, *root.children(recursive=True)]
+                total = 0
+                for p in procs:
+                    with contextlib.suppress(psutil.Error):  # a process that ended between the two calls
+                        total += p.memory_info().rss
+                self.peak = max(self.peak, total)
+            except psutil.Error:
+                pass
+            self._stop.wait(0.5)
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        return self.peak / 2**30
+
+
+def run(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> tuple[float, float]:
+    """Run ``cmd`` to ``log``; (wall seconds, peak GiB of its process tree). Raises on failure."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    start = time.time()
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+        memory = PeakMemory(proc.pid)
+        rc = proc.wait()
+    peak = memory.stop()
+    if rc != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {rc}; see {log}")
+    return time.time() - start, peak
+
+
+# --------------------------------------------------------------------------- tasks
+def task_data(task: str, root: Path) -> Path:
+    """The MSD-layout task: ``mni152`` (grey/white matter, 12 subjects at 48 x 56 x 48, 2 mm, real
+    anatomy from nilearn's template) or ``brats`` (distmis's synthetic BraTS-like task: 3 nested
+    tumour labels, 4 channels, the 3-or-more-class case)."""
+    raw = root / "data" / task
+    if (raw / "dataset.json").is_file():
+        return raw
+    if task == "mni152":
+        sys.path.insert(0, str(REPO / "tests"))
+        from _support.anatomy import write_mni152_task
+
+        write_mni152_task(raw, cases=12, shape=(48, 56, 48), voxel_mm=2.0, seed=0)
+    else:
+        raw.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            [sys.executable, "-m", "distmis", "synth", "brats", "--cases", "16", "--shape", "48,48,48",
+             "--out", str(raw)],
+            check=True,
+        )  # fmt: skip
+    return raw
+
+
+# --------------------------------------------------------------------------- distmis
+def run_distmis(raw: Path, budget: str, seed: int, out: Path, recipe: str | None) -> dict[str, Any]:
+    import yaml
+
+    result = out / "result.json"
+    if result.is_file():
+        return json.loads(result.read_text())
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    plan = out / "plan.yaml"
+    init = [sys.executable, "-m", "distmis", "init", str(raw), "--budget", budget, "--out", str(plan)]
+    init_s, _ = run(init + (["--recipe", recipe] if recipe else []), out / "init.log")
+    doc = yaml.safe_load(plan.read_text())
+    doc["search"]["seed"] = seed
+    doc["train"]["seed"] = seed
+    plan.write_text(yaml.safe_dump(doc, sort_keys=False))
+    env = {"DISTMIS_DATA_HOME": str(out / "data"), "MLFLOW_TRACKING_URI": f"sqlite:///{out / 'mlflow.db'}"}
+    tune_s, tune_gb = run([sys.executable, "-m", "distmis", "tune", str(plan), "--out", str(out / "run")],
+                          out / "tune.log", env)  # fmt: skip
+    evaluate = [sys.executable, "-m", "distmis", "evaluate", str(out / "run" / "best"), "--split", "test",
+                "--out", str(out / "test"), "--no-track", "--tta"]  # fmt: skip
+    eval_s, eval_gb = run(evaluate, out / "evaluate.log", env)
+    summary = json.loads((out / "test" / "summary.json").read_text())
+    dice = {k.removeprefix("dice_"): v["mean"] for k, v in summary["metrics"].items() if k.startswith("dice_")}
+    data = {
+        "system": "distmis" + (f" ({recipe})" if recipe else ""),
+        "budget": budget,
+        "seed": seed,
+        "train_seconds": tune_s,
+        "total_seconds": init_s + tune_s,
+        "predict_seconds": eval_s,
+        "peak_gb": max(tune_gb, eval_gb),
+        "dice": dice,
+    }
+    result.write_text(json.dumps(data, indent=2))
+    return data
+
+
+# --------------------------------------------------------------------------- nnU-Net
+def _nnunet_cli(python: str, name: str) -> list[str]:
+    return [python, "-c", f"import sys; from nnunetv2.{name}; sys.exit(main())"]
+
+
+NNUNET_ENTRY = {
+    "plan": "experiment_planning.plan_and_preprocess_entrypoints import plan_and_preprocess_entry as main",
+    "train": "run.run_training import run_training_entry as main",
+    "predict": "inference.predict_from_raw_data import predict_entry_point as main",
+}
+
+
+def install_trainer(python: str) -> None:
+    """Put the trainer variant where nnU-Net looks for trainers (its documented way to add one)."""
+    where = subprocess.run(
+        [python, "-c", "import nnunetv2, os; print(os.path.join(nnunetv2.__path__[0], 'training', 'nnUNetTrainer'))"],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+    target = Path(where) / "variants" / "distmis_budget.py"
+    if not target.is_file() or target.read_text() != TRAINER_SOURCE:
+        target.write_text(TRAINER_SOURCE)
+
+
+def to_nnunet_raw(raw: Path, splits: dict[str, list[str]], dataset_id: int, target: Path) -> Path:
+    """The MSD task in nnU-Net's raw format: training = every non-test case, imagesTs = the test split."""
+    import nibabel as nib
+
+    from distmis.data import read_dataset_json
+
+    meta = read_dataset_json(raw)
+    folder = target / f"Dataset{dataset_id:03d}_{raw.name}"
+    if (folder / "dataset.json").is_file():
+        return folder
+    tmp = folder.with_name(folder.name + ".part")
+    shutil.rmtree(tmp, ignore_errors=True)
+    for sub in ("imagesTr", "labelsTr", "imagesTs"):
+        (tmp / sub).mkdir(parents=True)
+    test = set(splits["test"])
+    cases = {c.case_id: c for c in meta.training}
+    for cid, case in cases.items():
+        img = nib.load(str(case.image))
+        data = np.asarray(img.dataobj)
+        channels = data[..., None] if data.ndim == 3 else data
+        images = "imagesTs" if cid in test else "imagesTr"
+        for ch in range(channels.shape[-1]):
+            out = nib.Nifti1Image(channels[..., ch].astype(np.float32), img.affine)
+            nib.save(out, str(tmp / images / f"{cid}_{ch:04d}.nii.gz"))
+        if cid not in test and case.label is not None:
+            shutil.copyfile(case.label, tmp / "labelsTr" / f"{cid}.nii.gz")
+    labels = {("background" if value == 0 else name): value for value, name in sorted(meta.labels.items())}
+    doc = {
+        "channel_names": {str(i): m for i, m in enumerate(meta.modalities)},
+        "labels": labels,
+        "numTraining": len(cases) - len(test),
+        "file_ending": ".nii.gz",
+    }
+    (tmp / "dataset.json").write_text(json.dumps(doc, indent=2))
+    tmp.rename(folder)
+    return folder
+
+
+def run_nnunet(python: str, raw: Path, splits: dict[str, list[str]], budget: str, seed: int, out: Path,
+               scorer: Any, procs: int) -> dict[str, Any]:  # fmt: skip
+    result = out / "result.json"
+    if result.is_file():
+        return json.loads(result.read_text())
+    dataset_id = 500 + seed
+    base = out.parent / f"nnunet-data-{raw.name}"
+    folder = to_nnunet_raw(raw, splits, dataset_id, base / "raw")
+    env = {
+        "nnUNet_raw": str(base / "raw"),
+        "nnUNet_preprocessed": str(base / "preprocessed"),
+        "nnUNet_results": str(out / "results"),
+        "nnUNet_n_proc_DA": str(procs),
+        "DISTMIS_PEER_BUDGET_S": str(_duration(budget)),
+    }
+    plan_s = 0.0
+    if not (base / "preprocessed" / folder.name / "nnUNetPlans.json").is_file():
+        cmd = [*_nnunet_cli(python, NNUNET_ENTRY["plan"]), "-d", str(dataset_id), "-c", "3d_fullres", "-np", str(procs),
+               "--verify_dataset_integrity"]  # fmt: skip
+        plan_s, _ = run(cmd, out / "plan.log", env)
+    train = [*_nnunet_cli(python, NNUNET_ENTRY["train"]), str(dataset_id), "3d_fullres", "all", "-tr", TRAINER,
+             "-device", "cpu"]  # fmt: skip
+    train_s, train_gb = run(train, out / "train.log", env)
+    pred = out / "predictions"
+    predict = [*_nnunet_cli(python, NNUNET_ENTRY["predict"]), "-i", str(folder / "imagesTs"), "-o", str(pred),
+               "-d", str(dataset_id), "-c", "3d_fullres", "-f", "all", "-tr", TRAINER, "-device", "cpu",
+               "-chk", "checkpoint_final.pth"]  # fmt: skip
+    predict_s, predict_gb = run(predict, out / "predict.log", env)
+    dice = scorer(pred)
+    data = {
+        "system": "nnU-Net v2",
+        "budget": budget,
+        "seed": seed,
+        "train_seconds": train_s,
+        "total_seconds": plan_s + train_s,
+        "plan_seconds": plan_s,
+        "predict_seconds": predict_s,
+        "peak_gb": max(train_gb, predict_gb),
+        "dice": dice,
+    }
+    result.write_text(json.dumps(data, indent=2))
+    return data
+
+
+def scorer_for(model: Path, raw: Path, test_ids: list[str]) -> Any:
+    """Scores a folder of predictions (``CASE.nii.gz``) with distmis's own per-class metrics."""
+    from distmis.inference import evaluation_cases, read_model_record, score_case
+
+    record = read_model_record(model)
+    cases = [c for c in evaluation_cases(raw, "all") if c.case_id in test_ids]
+
+    def score(folder: Path) -> dict[str, float]:
+        rows = [score_case(record, case, folder / f"{case.case_id}.nii.gz") for case in cases]
+        keys = [k for k in rows[0] if k.startswith("dice_")]
+        return {k.removeprefix("dice_"): float(np.mean([r[k] for r in rows])) for k in keys}
+
+    return score
+
+
+# --------------------------------------------------------------------------- report
+def report(rows: list[dict[str, Any]], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    (out / "results.json").write_text(json.dumps(rows, indent=2))
+    classes = sorted({k for r in rows for k in r["dice"]})
+    lines = ["| system | budget | seeds | wall s (median) | " + " | ".join(classes) + " | peak GiB |",
+             "|---" * (5 + len(classes)) + "|"]  # fmt: skip
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["system"], r["budget"]), []).append(r)
+    for (system, budget), rs in sorted(groups.items()):
+        cells = []
+        for c in classes:
+            vals = [r["dice"][c] for r in rs if c in r["dice"]]
+            cells.append(f"{np.median(vals):.3f} [{min(vals):.3f}-{max(vals):.3f}]" if vals else "-")
+        wall = np.median([r["total_seconds"] for r in rs])
+        peak = max(r["peak_gb"] for r in rs)
+        lines.append(f"| {system} | {budget} | {len(rs)} | {wall:.0f} | " + " | ".join(cells) + f" | {peak:.1f} |")
+    (out / "results.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    fig, axes = plt.subplots(1, len(classes), figsize=(5 * len(classes), 4), squeeze=False)
+    for ax, c in zip(axes[0], classes, strict=True):
+        for system in sorted({r["system"] for r in rows}):
+            pts = [(r["total_seconds"], r["dice"][c]) for r in rows if r["system"] == system and c in r["dice"]]
+            ax.scatter(*zip(*pts, strict=True), label=system)
+        ax.set_title(f"test Dice: {c}")
+        ax.set_xlabel("wall time, s")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "dice_vs_time.png", dpi=100)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--task", choices=["mni152", "brats"], default="mni152")
+    p.add_argument("--budgets", default="5m", help="comma-separated wall times (e.g. 5m,20m)")
+    p.add_argument("--seeds", default="0", help="comma-separated seeds")
+    p.add_argument("--systems", default="distmis,nnunet", help="comma-separated: distmis, nnunet")
+    p.add_argument("--recipe", default=None, help="distmis init --recipe (default: init's)")
+    p.add_argument("--nnunet-python", default=sys.executable, help="the Python that has nnunetv2 (the peers extra)")
+    p.add_argument("--iterations", type=int, default=25, help="nnU-Net iterations per epoch")
+    p.add_argument("--out", type=Path, default=Path("runs/peer"))
+    a = p.parse_args()
+    root = a.out.resolve()
+    raw = task_data(a.task, root)
+    systems = a.systems.split(",")
+    if "nnunet" in systems:
+        install_trainer(a.nnunet_python)
+    rows = []
+    for budget in a.budgets.split(","):
+        for seed in [int(s) for s in a.seeds.split(",")]:
+            where = root / a.task / budget / f"seed{seed}"
+            d = run_distmis(raw, budget, seed, where / "distmis", a.recipe)
+            rows.append(d)
+            if "nnunet" in systems:
+                splits = json.loads((where / "distmis" / "run" / "splits.json").read_text())
+                score = scorer_for(where / "distmis" / "run" / "best", raw, splits["test"])
+                os.environ["DISTMIS_PEER_ITERATIONS"] = str(a.iterations)
+                rows.append(run_nnunet(a.nnunet_python, raw, splits, budget, seed, where / "nnunet", score,
+                                       os.cpu_count() or 1))  # fmt: skip
+            report(rows, root / a.task)
+
+
+if __name__ == "__main__":
+    main()
