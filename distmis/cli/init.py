@@ -185,16 +185,29 @@ def _scaled(given: float, filters: int, recipe: str) -> float:
 
 
 def _measure(args: argparse.Namespace, fp: dict[str, Any], filters: int, patch: tuple, channels: int) -> float:
+    """A step of the planned network, timed in as many processes at once as trials will run at once
+    on this machine's CPUs (one process for a GPU plan: each trial has its own GPU)."""
     from distmis.config import ModelConfig, OptimizerConfig
+    from distmis.exceptions import TrainingError
     from distmis.recipes import RECIPES
-    from distmis.training import configure_tensorflow, measure_step_seconds
+    from distmis.training import measure_concurrent_step_seconds
 
     recipe = RECIPES[args.recipe]
-    workers = args.workers or (1 if args.gpu_memory is not None else 2)
-    configure_tensorflow(max(1, (os.cpu_count() or 1) // workers) if args.gpu_memory is None else None)
+    cores = os.cpu_count() or 1
+    gpu = args.gpu_memory is not None
+    workers = args.workers or (1 if gpu else 2)
     depth = recipe.depth(min(int(s) for s in fp["median_shape"]))
-    model = ModelConfig(**{**recipe.model, "filters": filters, "depth": depth})
     classes = len(fp["labels"]) + 1 if len(fp["labels"]) > 1 else 1
-    return measure_step_seconds(
-        model, OptimizerConfig(**recipe.optimizer), patch=patch, channels=channels, classes=classes, batch=2
-    )
+    try:
+        return measure_concurrent_step_seconds(
+            ModelConfig(**{**recipe.model, "filters": filters, "depth": depth}),
+            OptimizerConfig(**recipe.optimizer),
+            processes=1 if gpu else min(workers, cores),
+            threads=None if gpu else max(1, cores // workers),
+            patch=patch,
+            channels=channels,
+            classes=classes,
+            batch=2,
+        )
+    except RuntimeError as exc:
+        raise TrainingError(f"{args.dataset}: {exc}; give --step-seconds instead") from None

@@ -10,7 +10,7 @@ from distmis.training._run import (
     format_epoch,
 )
 from distmis.training._runtime import configure_tensorflow, release_in_background
-from distmis.training._steptime import measure_step_seconds
+from distmis.training._steptime import measure_concurrent_step_seconds, measure_step_seconds
 
 __all__ = [
     "CHECKPOINT_DIR",
@@ -23,6 +23,7 @@ __all__ = [
     "fit",
     "format_epoch",
     "load_arrays",
+    "measure_concurrent_step_seconds",
     "measure_step_seconds",
     "release_in_background",
     "save_arrays",

@@ -279,7 +279,7 @@ def _run_trials(
 ) -> SearchSummary:
     config = plan.config
     with timings.phase("tuner_setup"):
-        context = trial_context(config, prepared, plan.out)
+        context = trial_context(config, prepared, plan.out, base_dir=plan.base_dir)
         tuner = build_tuner(
             config,
             plan.out,

@@ -25,13 +25,22 @@ if TYPE_CHECKING:
     from distmis.tuning._trial import TrialContext
 
 
-def trial_context(config: ExperimentConfig, prepared: Path, out: Path) -> TrialContext:
-    """What every trial of this search needs besides its sampled parameters."""
+def trial_context(config: ExperimentConfig, prepared: Path, out: Path, *, base_dir: Path | None = None) -> TrialContext:
+    """What every trial of this search needs besides its sampled parameters.
+
+    A relative ``data.source`` is written into the trials' configurations resolved against
+    ``base_dir`` (the search file's folder): ``best/config.yaml`` is then read from anywhere, by
+    ``evaluate`` and ``predict`` run from another directory, and its data found.
+    """
     from distmis.tuning._trial import TrialContext
 
     par = config.parallelism
+    base_config = config.to_yaml_dict()
+    source = str(base_config["data"]["source"])
+    if base_dir is not None and source != "synthetic" and not Path(source).expanduser().is_absolute():
+        base_config["data"]["source"] = str((base_dir / Path(source).expanduser()).resolve())
     return TrialContext(
-        base_config=config.to_yaml_dict(),
+        base_config=base_config,
         prepared=str(prepared),
         trials_dir=str(out / RunFile.TRIALS_DIR),
         metric=config.search.metric,
