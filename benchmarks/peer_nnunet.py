@@ -134,8 +134,8 @@ def run(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> tuple[f
 
 # --------------------------------------------------------------------------- tasks
 def task_data(task: str, root: Path) -> Path:
-    """The MSD-layout task: ``mni152`` (grey/white matter, 12 subjects at 48 x 56 x 48, 2 mm, real
-    anatomy from nilearn's template) or ``brats`` (distmis's synthetic BraTS-like task: 3 nested
+    """The MSD-layout task: ``mni152`` (grey/white matter, 16 subjects at 48 x 56 x 48, 2 mm, real
+    anatomy from nilearn's template: init's split for fewer than 20 cases leaves 2 to test on) or ``brats`` (distmis's synthetic BraTS-like task: 3 nested
     tumour labels, 4 channels, the 3-or-more-class case)."""
     raw = root / "data" / task
     if (raw / "dataset.json").is_file():
@@ -144,7 +144,7 @@ def task_data(task: str, root: Path) -> Path:
         sys.path.insert(0, str(REPO / "tests"))
         from _support.anatomy import write_mni152_task
 
-        write_mni152_task(raw, cases=12, shape=(48, 56, 48), voxel_mm=2.0, seed=0)
+        write_mni152_task(raw, cases=16, shape=(48, 56, 48), voxel_mm=2.0, seed=0)
     else:
         raw.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run(
@@ -300,14 +300,27 @@ def run_nnunet(python: str, raw: Path, splits: dict[str, list[str]], budget: str
 
 
 def scorer_for(model: Path, raw: Path, test_ids: list[str]) -> Any:
-    """Scores a folder of predictions (``CASE.nii.gz``) with distmis's own per-class metrics."""
-    from distmis.inference import evaluation_cases, read_model_record, score_case
+    """Scores a folder of predictions (``CASE.nii.gz``) with distmis's own per-class metrics, as
+    ``distmis evaluate`` scores its own (:func:`distmis.inference.score_labels`, the model's classes)."""
+    import nibabel as nib
+
+    from distmis.data import read_dataset_json
+    from distmis.inference import read_model_record, score_labels
 
     record = read_model_record(model)
-    cases = [c for c in evaluation_cases(raw, "all") if c.case_id in test_ids]
+    cases = [c for c in read_dataset_json(raw).training if c.case_id in test_ids]
 
     def score(folder: Path) -> dict[str, float]:
-        rows = [score_case(record, case, folder / f"{case.case_id}.nii.gz") for case in cases]
+        rows = []
+        for case in cases:
+            pred_img = nib.load(str(folder / f"{case.case_id}.nii.gz"))
+            truth_img = nib.load(str(case.label))
+            if not np.allclose(pred_img.affine, truth_img.affine, atol=1e-3):
+                raise RuntimeError(f"{case.case_id}: nnU-Net's prediction is not in its label's geometry")
+            spacing = [float(z) for z in truth_img.header.get_zooms()[:3]]
+            truth = np.asarray(truth_img.dataobj).astype(np.int64)
+            pred = np.asarray(pred_img.dataobj).astype(np.int64)
+            rows.append(score_labels(record, truth, pred, spacing))
         keys = [k for k in rows[0] if k.startswith("dice_")]
         return {k.removeprefix("dice_"): float(np.mean([r[k] for r in rows])) for k in keys}
 

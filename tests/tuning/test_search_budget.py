@@ -1,4 +1,5 @@
-"""search.time_budget: the deadline counts every run of a search, and a bad duration names the key."""
+"""search.time_budget: the deadline counts every run of a search, and a bad duration names the key; the
+trials' configurations find their data from anywhere."""
 
 from __future__ import annotations
 
@@ -41,3 +42,16 @@ def test_durations_as_slurm_users_write_them(text: str, seconds: float) -> None:
 def test_a_bad_duration_is_refused(text: str) -> None:
     with pytest.raises(ValueError, match="duration"):
         SearchConfig(time_budget=text)
+
+
+def test_trials_carry_a_data_source_that_reads_from_anywhere(tmp_path: Path) -> None:
+    """A search file's relative data.source is resolved against its folder in the trials' configurations
+    (best/config.yaml), so that evaluate and predict run from another directory find the data."""
+    from distmis.config import ExperimentConfig
+    from distmis.tuning import trial_context
+
+    config = ExperimentConfig.model_validate({"data": {"source": "../data/Task01"}})
+    context = trial_context(config, tmp_path / "prepared", tmp_path / "run", base_dir=tmp_path / "plans")
+    assert context.base_config["data"]["source"] == str((tmp_path / "data" / "Task01").resolve())
+    synthetic = trial_context(ExperimentConfig(), tmp_path, tmp_path / "run", base_dir=tmp_path)
+    assert synthetic.base_config["data"]["source"] == "synthetic"
