@@ -90,8 +90,9 @@ def describe_space(config: ExperimentConfig) -> str:
         # Optuna's GP and CMA-ES model only complete trials, so a trial ASHA stops teaches them nothing
         scheduler += f"; {MODEL_SAMPLERS[s.algorithm]} models only the trials it lets train every epoch"
     algorithm = _describe_sampler(s) if s.algorithm in MODEL_SAMPLERS else s.algorithm
+    deadline = f", stopped at {s.time_budget}" if s.time_budget else ""
     lines = [
-        f"search '{config.name}': {algorithm}, {config.planned_trials()} trials, {scheduler}, "
+        f"search '{config.name}': {algorithm}, {config.planned_trials()} trials{deadline}, {scheduler}, "
         f"metric {s.metric} ({s.mode}), parallelism {config.parallelism.mode}"
     ]
     for name in ordered_params(config.space):
