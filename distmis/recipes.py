@@ -9,7 +9,7 @@ planning and then searches the space around it. Two recipes are named:
   SGD with Nesterov momentum 0.99, weight decay 3e-5, the gradient's norm clipped at 12, learning
   rate 1e-2 with poly decay over every iteration; a third of the patches centred on foreground.
   Its depth follows nnU-Net's planner: one level per halving while the deepest maps keep 4 voxels,
-  at most 6 levels. On a CPU the base width is planned narrower (see :func:`base_filters`).
+  at most 6 levels. On a CPU the base width may be planned narrower (:data:`CPU_FILTERS`, the plan's rule).
 - ``distmis``: the recipe distmis trained with before: 8 filters, group normalisation, ReLU, max
   pooling, one output; Adam at a constant learning rate, searched over 1e-3 .. 2e-2.
 """
@@ -102,21 +102,4 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (NNUNET, DISTMIS)}
 DEFAULT_RECIPE = "distmis"
 
 
-def base_filters(recipe: Recipe, step_seconds: dict[int, float] | None, *, gpu: bool, trial_steps: int,
-                 budget_seconds: float | None, concurrency: int) -> int:  # fmt: skip
-    """The first level's filters: the recipe's on a GPU; on a CPU the widest of the recipe's and
-    :data:`CPU_FILTERS` with which the budget still runs two rounds of trials of ``trial_steps``
-    steps each (the narrowest when none does, or when no budget is given)."""
-    if recipe.name != "nnunet" or gpu:
-        return int(recipe.model["filters"])
-    widths = (NNUNET_FILTERS, *CPU_FILTERS)
-    if budget_seconds is None or not step_seconds:
-        return widths[-1]
-    for width in widths:
-        seconds = step_seconds.get(width)
-        if seconds is not None and budget_seconds * concurrency / (seconds * trial_steps) >= 2 * concurrency:
-            return width
-    return widths[-1]
-
-
-__all__ = ["CPU_FILTERS", "DEFAULT_RECIPE", "DISTMIS", "NNUNET", "RECIPES", "Recipe", "base_filters"]
+__all__ = ["CPU_FILTERS", "DEFAULT_RECIPE", "DISTMIS", "NNUNET", "RECIPES", "Recipe"]
