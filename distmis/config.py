@@ -133,6 +133,12 @@ class DataConfig(_Section):
             paint_order(self.regions)  # a region model must be writable back as labels
         return self
 
+    def cache_dir_origin(self) -> str:
+        """Who chose :meth:`resolved_cache_dir`, for an error about it to name."""
+        if self.cache_dir:
+            return "data.cache_dir"
+        return "$DISTMIS_DATA_HOME" if os.environ.get("DISTMIS_DATA_HOME") else "the default data cache"
+
     def resolved_cache_dir(self) -> Path:
         """Where synthetic / prepared data is cached: ``cache_dir``, ``$DISTMIS_DATA_HOME`` or ``~/.cache/distmis``."""
         if self.cache_dir:

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from distmis.exceptions import DistmisError, OutputError
-from distmis.links import NOFOLLOW, ensure_directory, open_nofollow, refuse_link
+from distmis.links import NOFOLLOW, ensure_directory, link_error, open_nofollow, refuse_link, refuse_links_within
 from distmis.locks import LOCK_FILE, output_lock, sibling_lock
 
 MARKER = ".distmis-output"
@@ -148,6 +148,17 @@ DISK_ERRNOS = {
     errno.EIO: "EIO, input/output error",
 }
 _DISK_MESSAGES = {"No space left on device": errno.ENOSPC, "Disk quota exceeded": errno.EDQUOT}
+#: what to do about each: room does not help a read-only or failing disk
+_REMEDIES = {
+    errno.ENOSPC: "make room",
+    errno.EDQUOT: "make room",
+    errno.EROFS: "write the output to a writable filesystem",
+    errno.EIO: "check the disk (dmesg), or write elsewhere",
+}
+
+
+def _remedy(code: int) -> str:
+    return f"{_REMEDIES.get(code, 'make room')} and run the command again"
 
 
 def _outside_temporaries(path: str | os.PathLike[str]) -> str:
@@ -166,18 +177,18 @@ def disk_failure(exc: BaseException) -> str | None:
     in the message, and is recognised too."""
     if isinstance(exc, OSError) and exc.errno in DISK_ERRNOS:
         where = _outside_temporaries(exc.filename) if exc.filename else "a file"
-        return f"{where}: {DISK_ERRNOS[exc.errno]}; make room and run the command again (--resume where it has one)"
+        return f"{where}: {DISK_ERRNOS[exc.errno]}; {_remedy(exc.errno)} (--resume where it has one)"
     if isinstance(exc, shutil.Error) and exc.args and isinstance(exc.args[0], list):
         # copytree gathers its errors as (source, destination, why): name the first disk one
         for entry in exc.args[0]:
             if isinstance(entry, tuple) and len(entry) == 3 and (code := _disk_errno_in(str(entry[2]))):
                 return (
-                    f"{_outside_temporaries(str(entry[1]))}: {DISK_ERRNOS[code]}; make room and run the "
-                    "command again (--resume where it has one)"
+                    f"{_outside_temporaries(str(entry[1]))}: {DISK_ERRNOS[code]}; {_remedy(code)} "
+                    "(--resume where it has one)"
                 )
     text = str(exc)
     if code := _disk_errno_in(text):
-        return f"{text.strip().splitlines()[0][:300]} ({DISK_ERRNOS[code]}); make room and run the command again"
+        return f"{text.strip().splitlines()[0][:300]} ({DISK_ERRNOS[code]}); {_remedy(code)}"
     return None
 
 
@@ -281,7 +292,9 @@ def check_replaceable(out: Path, *, option: str, overwrite: bool) -> None:
         return
     if not overwrite:
         raise OutputError(f"{option} {out}: already exists; pass --overwrite to replace it, or choose another path")
-    if out.is_symlink() or not written_by_distmis(out):
+    if out.is_symlink():  # even to distmis's own output: replacing it would replace the link, not its target
+        raise link_error(out, what=f"output ({option})")
+    if not written_by_distmis(out):
         kind = "directory" if out.is_dir() else "file"
         raise OutputError(
             f"{option} {out}: this {kind} was not written by distmis (no {MARKER} marker / signature); "
@@ -601,6 +614,11 @@ class OutputClaim:
         elif not out.is_dir():
             raise OutputError(f"{self.option} {out}: not a directory")
         self._lock.enter_context(directory_lock(out, command=self.command, option=self.option))
+        try:
+            refuse_links_within(out, what=f"{self.command} output")
+        except BaseException as exc:
+            self._lock.__exit__(type(exc), exc, exc.__traceback__)  # a lock file made for nothing goes too
+            raise
         if self.new and marker_info(out) is None:
             write_marker(out, self.command, location=out.resolve())
         return self

@@ -18,7 +18,8 @@ that nest, each adding exactly one label value (:func:`paint_order` checks it).
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -58,6 +59,17 @@ def metric_name_clash(named: list[tuple[str, str]]) -> str | None:
     return None
 
 
+def class_values(labels: Mapping[Any, str], num_classes: int) -> list[int]:
+    """The dataset's label value of each softmax class, in class order (class 0 is background).
+
+    Datasets number their labels as they like (BraTS's original 0, 1, 2, 4): a model's classes are
+    0..K-1, one per declared label, and class k stands for the k-th declared value. Data prepared
+    when every value up to the largest got a class (``num_classes`` = largest + 1) keeps that.
+    """
+    declared = [0, *sorted({int(v) for v in labels} - {0})]
+    return declared if len(declared) == num_classes else list(range(num_classes))
+
+
 def class_names(
     labels: dict[int, str], label_mode: str, num_classes: int, regions: dict[str, list[int]] | None
 ) -> list[str]:
@@ -69,7 +81,8 @@ def class_names(
     if label_mode == "regions":
         return [metric_suffix(r) for r in (regions or {})]
     if label_mode == "multiclass":
-        return [metric_suffix(labels.get(k, str(k))) for k in range(1, num_classes)]
+        values = class_values(labels, num_classes)
+        return [metric_suffix(labels.get(values[k], str(values[k]))) for k in range(1, num_classes)]
     return []
 
 
@@ -142,6 +155,7 @@ __all__ = [
     "MSD_TASK01_REGIONS",
     "PRESETS",
     "class_names",
+    "class_values",
     "labels_from_regions",
     "metric_names",
     "metric_suffix",

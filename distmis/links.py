@@ -97,6 +97,53 @@ def open_nofollow(path: str | os.PathLike[str], mode: str = "w", *, what: str = 
         raise
 
 
+def read_regular_text(path: str | os.PathLike[str]) -> str:
+    """The text of ``path`` when it is a regular file, not a link to one.
+
+    For the files distmis keeps for itself in a cache (checksum stamps): a FIFO planted there would
+    block the reader forever, and a link could make it read another's file as its own.
+
+    Raises:
+        OSError: missing, a link (ELOOP), or not a regular file.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | NOFOLLOW)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, encoding="utf-8") as fh:
+            fd = -1
+            return fh.read()
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def refuse_links_within(root: str | os.PathLike[str], *, what: str = "") -> None:
+    """Refuse a symbolic link anywhere inside ``root`` (an output distmis is about to write into
+    again: a search resumed, a run retrained).
+
+    Why the whole tree and not each path as it is written: Ray Tune writes its state through its
+    own filesystem layer, and a directory link (``RUN/plots`` pointing at a user's folder) would
+    send every file written below it into the link's target. Checked once when the output is
+    claimed, under its lock, before anything is written; links are not followed while looking.
+
+    Raises:
+        OutputError: naming the first link found (in sorted order).
+    """
+    pending = [os.fspath(root)]
+    while pending:
+        try:
+            entries = sorted(os.scandir(pending.pop()), key=lambda e: e.name)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for entry in entries:
+            if entry.is_symlink():
+                raise link_error(entry.path, what=what or "output")
+            if entry.is_dir(follow_symlinks=False):
+                pending.append(entry.path)
+
+
 def ensure_directory(path: str | os.PathLike[str], *, what: str = "") -> Path:
     """``mkdir -p path``, refusing a symbolic link at ``path`` itself (a directory distmis makes
     inside its own output: files written there would land in the link's target).
@@ -114,4 +161,12 @@ def ensure_directory(path: str | os.PathLike[str], *, what: str = "") -> Path:
     return path
 
 
-__all__ = ["NOFOLLOW", "ensure_directory", "link_error", "open_nofollow", "refuse_link"]
+__all__ = [
+    "NOFOLLOW",
+    "ensure_directory",
+    "link_error",
+    "open_nofollow",
+    "read_regular_text",
+    "refuse_link",
+    "refuse_links_within",
+]

@@ -20,6 +20,7 @@ LOSS = "loss"
 DICE = "dice"
 IOU = "iou"
 VAL_LOSS = "val_loss"
+NONFINITE_WEIGHTS = "nonfinite_weights"
 VAL_DICE = "val_dice"
 VAL_IOU = "val_iou"
 #: what a search can optimise besides the per-class / per-region metrics, the default first
@@ -49,6 +50,9 @@ class EpochMetrics:
     finished_at: float = 0.0
     # the sliding-window validation's share of epoch_seconds (0 in rows written before it was recorded)
     val_seconds: float = 0.0
+    # how many of the model's weight arrays hold a NaN or an infinity after the epoch: a diverged
+    # network can keep a finite loss and Dice (a constant prediction scores), so the weights are read too
+    nonfinite_weights: float = 0.0
     # per class / region: val_dice_<name>, val_iou_<name> (multi-class and region models)
     classes: dict[str, float] = field(default_factory=dict)
 
@@ -132,12 +136,26 @@ def is_divergence(reason: str | None) -> bool:
     return bool(reason) and str(reason).startswith(DIVERGED)
 
 
+def _is_zero(value: Any) -> bool:
+    try:
+        return float(value) == 0.0
+    except (TypeError, ValueError):
+        return True  # not a count (an empty CSV cell): nothing to say
+
+
 def divergence(row: dict[str, Any], metric: str) -> str | None:
-    """Why an epoch's metrics show a diverged run (a NaN or infinite loss or search metric), else None.
+    """Why an epoch's metrics show a diverged run (weights, loss or search metric holding a NaN or an
+    infinity), else None.
 
     A diverged network predicts nothing useful, yet its Dice can still be a number (0, or the score
     of marking every voxel foreground), so a search would rank it and a finalize ensemble it.
     """
+    broken = row.get(NONFINITE_WEIGHTS)
+    if broken is not None and not _is_zero(broken):
+        return (
+            f"{DIVERGED}: {float(broken):g} weight array(s) hold NaN or infinity at epoch {row.get('epoch', '?')}, "
+            "though the loss may look finite (try a lower learning rate)"
+        )
     for name in dict.fromkeys((LOSS, VAL_LOSS, metric)):
         value = row.get(name)
         if value is None:
@@ -175,6 +193,7 @@ def configuration_failure(reason: str, started_at: float) -> dict[str, Any]:
 
 
 __all__ = [
+    "NONFINITE_WEIGHTS",
     "CLASS_KINDS",
     "DICE",
     "FAILURE",

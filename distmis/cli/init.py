@@ -77,8 +77,8 @@ def run(args: argparse.Namespace) -> int:
     from distmis.config import parse_duration
     from distmis.console import progress_bar as progress
     from distmis.data import INIT_HEADER as HEADER
-    from distmis.data import PlanOptions, fingerprint, plan_search, read_dataset_json, relative_source
-    from distmis.exceptions import ConfigError, OutputError
+    from distmis.data import PlanOptions, fingerprint, plan_search, read_dataset_json, relative_source, unplannable
+    from distmis.exceptions import ConfigError, DataError, OutputError
     from distmis.files import atomic_file
     from distmis.links import refuse_link
 
@@ -104,6 +104,9 @@ def run(args: argparse.Namespace) -> int:
         )
     with progress("reading cases") as update:
         fp = fingerprint(dataset, workers=args.processes, progress=update)
+    reason = unplannable(fp)
+    if reason:
+        raise DataError(f"{dataset}: {reason}")
     options = PlanOptions(
         gpu_memory_gb=args.gpu_memory,
         recipe=args.recipe,

@@ -57,6 +57,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "0 0 leaves it out)",
     )
     p.add_argument("--out", default=None, help="output directory (default runs/simulate-<first file's name>)")
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier simulation's --out")
+    p.add_argument(
+        "--max-hours",
+        type=float,
+        default=1.0,
+        metavar="H",
+        help="refuse a simulation estimated to run longer than this on this machine (default 1)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -75,5 +83,7 @@ def run(args: argparse.Namespace) -> int:
         clock_of=[Path(c) for c in args.clock_of] if args.clock_of else None,
         driver_seconds=tuple(args.driver_seconds) if args.driver_seconds else None,
         out=out.resolve(),
+        overwrite=args.overwrite,
+        max_hours=args.max_hours,
     )
     return 0

@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         raise TrainingError(f"{out}: no checkpoint to resume from; run it again without --resume to start over")
 
     configure_tensorflow(config.train.threads)
-    from distmis.data import resolve_prepared
+    from distmis.data import resolve_prepared, verify_cases
     from distmis.training import RunSession, format_epoch
 
     with (
@@ -68,6 +68,8 @@ def run(args: argparse.Namespace) -> int:
                 metric=config.search.metric,
                 mode=config.search.mode,
             )
+            if session.manifest.cases("val"):  # a damaged validation case named now, not after an epoch
+                verify_cases(session.manifest, "val")
             session.write_history()
         while not session.done:
             metrics = session.step()

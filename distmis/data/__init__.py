@@ -3,7 +3,7 @@
 from distmis.data._cases import CaseReader, write_case
 from distmis.data._folds import cv_cases, fold_groups, fold_view, label_presence
 from distmis.data._inspect import fingerprint, overview_png
-from distmis.data._loader import PatchSampler, augment, eval_batches, make_dataset, verify_cases
+from distmis.data._loader import PatchSampler, augment, eval_batches, make_dataset, pipeline_errors, verify_cases
 from distmis.data._msd import (
     MsdCase,
     MsdDataset,
@@ -18,10 +18,10 @@ from distmis.data._msd import (
     read_dataset_json,
 )
 from distmis.data._normalize import SCHEMES as NORMALIZATIONS
-from distmis.data._normalize import channel_schemes, normalize, zscore_nonzero
+from distmis.data._normalize import channel_schemes, is_ct, normalize, zscore_nonzero
 from distmis.data._normalize import describe as describe_normalisation
 from distmis.data._plan import HEADER as INIT_HEADER
-from distmis.data._plan import MIN_TRIAL_STEPS, TRAINING_SHARE, PlanOptions, plan_search, relative_source
+from distmis.data._plan import MIN_TRIAL_STEPS, TRAINING_SHARE, PlanOptions, plan_search, relative_source, unplannable
 from distmis.data._prepare import (
     crop_or_pad,
     prepare_dataset,
@@ -71,6 +71,7 @@ __all__ = [
     "augment",
     "case_id_of",
     "channel_schemes",
+    "is_ct",
     "check_case_files",
     "check_case_headers",
     "crop_or_pad",
@@ -104,4 +105,6 @@ __all__ = [
     "write_case",
     "write_synthetic_msd",
     "zscore_nonzero",
+    "unplannable",
+    "pipeline_errors",
 ]

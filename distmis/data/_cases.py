@@ -22,6 +22,7 @@ import io
 import math
 import threading
 import zlib
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +143,26 @@ class CaseReader:
     def shape(self, case_id: str) -> tuple[int, ...]:
         return tuple(self._open(case_id, "image").shape)
 
+    def check_layout(self, case_id: str, shape: tuple[int, ...], channels: int) -> None:
+        """The case's arrays have the shape, channels and dtype ``info.json`` records (metadata only).
+
+        A case from another preparation (its checksum rewritten to match) would otherwise fail in
+        the middle of an epoch, inside TensorFlow.
+
+        Raises:
+            DataError: naming the file, what it holds and what was expected.
+        """
+        expected = {"image": ((*shape, channels), np.float32), "label": (tuple(shape), np.uint8)}
+        for key, (want_shape, want_dtype) in expected.items():
+            handle = self._open(case_id, key)
+            found_shape, found_dtype = tuple(int(s) for s in handle.shape), np.dtype(handle.dtype)
+            if found_shape != want_shape or found_dtype != want_dtype:
+                path = self.root / self.files[case_id][key]["file"]
+                raise DataError(
+                    f"{path}: the {key} of case {case_id} is {list(found_shape)} {found_dtype}, info.json records "
+                    f"{list(want_shape)} {np.dtype(want_dtype)}; prepare the dataset again"
+                )
+
     def read(
         self, case_id: str, start: tuple[int, int, int] | None = None, size: tuple[int, int, int] | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -167,8 +188,18 @@ class CaseReader:
             raise DataError(f"{path}: not a readable foreground record ({exc}); prepare the dataset again") from None
 
 
-def check_locations(locations: dict[int, np.ndarray], shape: tuple[int, ...], where: Path) -> None:
-    """A coordinate outside the volume means a record of another case or version: refuse it."""
+def check_locations(
+    locations: dict[int, np.ndarray], shape: tuple[int, ...], where: Path, labels: Collection[int] | None = None
+) -> None:
+    """A coordinate outside the volume, or a label value the dataset does not declare (``labels``),
+    means a record of another case or version: refuse it (oversampling would fall back to uniform
+    patches without a word)."""
+    undeclared = sorted(int(v) for v in locations if labels is not None and int(v) not in labels)
+    if undeclared:
+        raise DataError(
+            f"{where}: foreground of label value(s) {undeclared}, which info.json does not declare "
+            f"(labels {sorted(labels or [])}); prepare the dataset again"
+        )
     for value, coords in locations.items():
         if coords.ndim != 2 or coords.shape[1] != 3:
             raise DataError(f"{where}: foreground of label {value} has shape {coords.shape}, expected (n, 3)")

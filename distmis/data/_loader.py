@@ -16,8 +16,10 @@ worker trains on a disjoint subset of the training cases.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,14 +27,15 @@ import numpy as np
 
 from distmis.data._cases import CaseReader, check_locations
 from distmis.data._record import Manifest, load_manifest
-from distmis.exceptions import DataError
+from distmis.exceptions import DataError, TrainingError
 
 if TYPE_CHECKING:
     import tensorflow as tf
 
 
-# case files whose checksum was verified in this process: (path, size, mtime) -> ok
-_VERIFIED: set[tuple[str, int, int]] = set()
+# case files whose checksum was verified in this process: (path, size, mtime, ctime) -> ok; the
+# ctime too, which no user tool can set back: a file damaged in place with its mtime restored is hashed again
+_VERIFIED: set[tuple[str, int, int, int]] = set()
 STAMPS = "verified-cases.json"
 
 
@@ -45,11 +48,31 @@ def _stamp_file() -> Path:
     return (Path(home).expanduser() if home else Path("~/.cache/distmis").expanduser()) / STAMPS
 
 
+@contextlib.contextmanager
+def pipeline_errors() -> Iterator[None]:
+    """distmis's own errors raised while tf.data reads a case, as themselves.
+
+    A read runs inside ``tf.numpy_function``: TensorFlow wraps whatever it raises in an ``OpError``
+    whose message holds the whole Python traceback. The user is owed the one line distmis wrote.
+    """
+    import tensorflow as tf
+
+    try:
+        yield
+    except tf.errors.OpError as exc:
+        found = re.search(r"(DataError|TrainingError): (.+?)(?:\n|$)", exc.message or "")
+        if found is None:
+            raise
+        raise (DataError if found.group(1) == "DataError" else TrainingError)(found.group(2)) from None
+
+
 def _read_stamps() -> dict[str, list[Any]]:
     import json
 
-    try:
-        data = json.loads(_stamp_file().read_text())
+    from distmis.links import read_regular_text
+
+    try:  # a FIFO or link planted there is not read: the cases are hashed again instead
+        data = json.loads(read_regular_text(_stamp_file()))
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
@@ -61,7 +84,7 @@ def verify_cases(manifest: Manifest, split: str) -> None:
 
     A damaged or replaced case is named here, before training, instead of surfacing as a
     decompression error in the middle of an epoch (or not at all). A file whose size and
-    modification time match an earlier successful check (this process, or any process using the
+    modification and change times match an earlier successful check (this process, or any process using the
     same data cache) is not hashed again.
 
     Raises:
@@ -73,10 +96,11 @@ def verify_cases(manifest: Manifest, split: str) -> None:
     files = manifest.case_files()
     reader = CaseReader(manifest.root, files)
     for case in manifest.cases(split):
+        reader.check_layout(case, manifest.shape, manifest.channels)
         for kind, entry in files[case].items():
             path = manifest.root / entry["file"]
             st = path.stat()
-            key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+            key = (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ctime_ns)
             if key in _VERIFIED:
                 continue
             if st.st_size != entry["bytes"]:
@@ -85,7 +109,7 @@ def verify_cases(manifest: Manifest, split: str) -> None:
                     "or was replaced; prepare the dataset again"
                 )
             stamps = _read_stamps() if stamps is None else stamps
-            if stamps.get(key[0]) == [st.st_size, st.st_mtime_ns, entry["sha256"]]:
+            if stamps.get(key[0]) == [st.st_size, st.st_mtime_ns, st.st_ctime_ns, entry["sha256"]]:
                 _VERIFIED.add(key)
                 continue
             digest = sha256_of(path)
@@ -95,9 +119,10 @@ def verify_cases(manifest: Manifest, split: str) -> None:
                     "the case file is damaged or was replaced; prepare the dataset again"
                 )
             if kind == "foreground":  # a coordinate outside the volume would crash a worker mid-epoch
-                check_locations(reader.foreground(case), manifest.shape, path)
+                declared = {1} if manifest.label_mode == "binary" else set(manifest.labels) - {0}
+                check_locations(reader.foreground(case), manifest.shape, path, labels=declared)
             _VERIFIED.add(key)
-            stamps[key[0]] = [st.st_size, st.st_mtime_ns, entry["sha256"]]
+            stamps[key[0]] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, entry["sha256"]]
             _remember(stamps)
 
 
@@ -115,7 +140,14 @@ def _label_channels(manifest: Manifest) -> Callable[[tf.Tensor], tf.Tensor]:
     """label values (X, Y, Z) uint8 -> the model's label channels (X, Y, Z, K) float32."""
     import tensorflow as tf
 
+    from distmis.labels import class_values
+
     k, mode, regions = manifest.num_classes, manifest.label_mode, manifest.regions
+    values = class_values(manifest.labels, k)
+    # label value -> class: prepared labels keep the dataset's own numbering (0, 1, 2, 4)
+    classes = None if values == list(range(k)) else np.zeros(256, np.int32)
+    if classes is not None:
+        classes[values] = np.arange(k, dtype=np.int32)
 
     def channels(label: tf.Tensor) -> tf.Tensor:
         if mode == "regions":
@@ -124,7 +156,10 @@ def _label_channels(manifest: Manifest) -> Callable[[tf.Tensor], tf.Tensor]:
             return tf_regions_from_labels(label, regions or {})
         if k == 1:
             return tf.cast(label > 0, tf.float32)[..., tf.newaxis]
-        return tf.one_hot(tf.cast(label, tf.int32), k, dtype=tf.float32)
+        index = tf.cast(label, tf.int32)
+        if classes is not None:
+            index = tf.gather(tf.constant(classes), index)
+        return tf.one_hot(index, k, dtype=tf.float32)
 
     return channels
 
@@ -135,7 +170,9 @@ def _channel_values(manifest: Manifest) -> list[list[int]]:
     if manifest.label_mode == "regions":
         return [list(v) for v in (manifest.regions or {}).values()]
     if manifest.label_mode == "multiclass":
-        return [[c] for c in range(1, k)]
+        from distmis.labels import class_values
+
+        return [[v] for v in class_values(manifest.labels, k)[1:]]
     return [[v for v in manifest.labels if v > 0] or [1]]
 
 

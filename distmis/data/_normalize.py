@@ -18,6 +18,7 @@ a scheme for every channel, or one per channel.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -30,13 +31,20 @@ AUTO = "auto"
 LEGACY = "zscore_nonzero_per_channel"
 
 
+def is_ct(modality: str) -> bool:
+    """Whether a modality's name says CT, as datasets spell it: ``CT``, ``ct``, ``CT scan``,
+    ``non-contrast CT``, ``computed tomography`` (a word of the name, any case; not ``octave``)."""
+    words = re.split(r"[^a-z0-9]+", str(modality).lower())
+    return "ct" in words or "computed tomography" in " ".join(words)
+
+
 def channel_schemes(modalities: list[str] | tuple[str, ...], override: Any = AUTO) -> list[str]:
     """The scheme of every channel: ``auto`` by modality, one scheme for all, or one per channel.
 
     Raises:
         DataError: an unknown scheme, or a list of another length than the channels.
     """
-    auto = ["ct" if m.strip().lower() == "ct" else "zscore" for m in modalities]
+    auto = ["ct" if is_ct(m) else "zscore" for m in modalities]
     if override in (None, AUTO):
         return auto
     given = [override] * len(modalities) if isinstance(override, str) else list(override)
@@ -123,4 +131,14 @@ def describe(spec: list[dict[str, Any]] | None, modalities: list[str] | tuple[st
     return lines
 
 
-__all__ = ["AUTO", "LEGACY", "SCHEMES", "channel_schemes", "ct_statistics", "describe", "normalize", "zscore_nonzero"]
+__all__ = [
+    "AUTO",
+    "LEGACY",
+    "SCHEMES",
+    "channel_schemes",
+    "ct_statistics",
+    "describe",
+    "is_ct",
+    "normalize",
+    "zscore_nonzero",
+]

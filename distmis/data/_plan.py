@@ -61,6 +61,8 @@ MAX_EPOCHS, MIN_EPOCH_STEPS = 10, 10
 TRAINING_SHARE = 0.8
 #: below this many labelled cases the split keeps more of them for training
 SMALL_DATASET = 20
+#: one case each to train, validate and test on: fewer cannot be split into a search and its test
+MIN_CASES = 3
 
 
 @dataclass(frozen=True)
@@ -181,6 +183,19 @@ class _Plan:
     def small(self) -> bool:
         return int(self.fp["cases"]) < SMALL_DATASET
 
+    @property
+    def split(self) -> tuple[float, float, float]:
+        return (0.8, 0.1, 0.1) if self.small else (0.7, 0.15, 0.15)
+
+    @property
+    def batch(self) -> int:
+        """nnU-Net's batch, or as many cases as train when fewer (a batch larger than the training
+        split is refused by validate)."""
+        from distmis.data._prepare import split_cases
+
+        train = split_cases([str(i) for i in range(int(self.fp["cases"]))], self.split, 0)["train"]
+        return min(BATCH, len(train))
+
 
 def _decide(fp: dict[str, Any], options: PlanOptions, modalities: list[str]) -> _Plan:
     recipe = RECIPES[options.recipe]
@@ -283,6 +298,23 @@ def _size(
     )
 
 
+def unplannable(fingerprint: dict[str, Any]) -> str | None:
+    """Why no search can be planned for the fingerprinted dataset, or None: init refuses rather than
+    write a file that ``validate`` would refuse, or one that trains a model with nothing to find."""
+    cases = int(fingerprint["cases"])
+    if cases < MIN_CASES:
+        return f"{cases} labelled case(s); a search needs at least {MIN_CASES}, one each to train, validate and test on"
+    labels = fingerprint["labels"]
+    if not labels:
+        return "dataset.json labels: only the background (0); there is no foreground class to segment"
+    if not any(int(row["cases_with_label"]) > 0 for row in labels.values()):
+        return (
+            f"no training case holds any foreground label ({', '.join(sorted(labels))}): every label file is "
+            "background only; check labelsTr"
+        )
+    return None
+
+
 def plan_search(
     fingerprint: dict[str, Any], *, source: str, name: str, modalities: list[str], options: PlanOptions
 ) -> str:
@@ -290,7 +322,8 @@ def plan_search(
     plan = _decide(fingerprint, options, modalities)
     fp = fingerprint
     lines = [
-        HEADER + f" from the fingerprint of {fp['dataset']} ({fp['cases']} cases); each value says which rule gave it.",
+        HEADER + f" from the fingerprint of {_text(fp['dataset'])} ({fp['cases']} cases); each value says which rule "
+        "gave it.",
         "# Search it:  distmis tune THIS_FILE        Then:  distmis evaluate runs/<name>/best --split test",
         f"# Recipe: {plan.recipe.name} (distmis init --recipe); its configuration is the search's first point.",
         f"name: {name}",
@@ -319,12 +352,13 @@ def _data_lines(plan: _Plan, source: str) -> list[str]:
         f"2^(depth-1) = {plan.divisor}",
         f"    resize: {plan.resize}          # "
         + (
-            "the cases' spacings differ: resample them to one grid"
+            "the cases' spacings differ: each case is interpolated to this shape, which does not make the "
+            "spacings equal (resample the scans to one spacing beforehand for that)"
             if plan.resize == "resample"
             else "one spacing for all cases: crop or pad, no interpolation"
         ),
         f"    label_mode: {mode}      # {why}",
-        f"    normalization: [{', '.join(schemes)}]   # per modality {plan.modalities}: CT by the training "
+        f"    normalization: [{', '.join(schemes)}]   # per modality [{', '.join(map(_text, plan.modalities))}]: CT by the training "
         "foreground's range, others z-scored per case",
         (
             f"    split: [0.8, 0.1, 0.1]     # fewer than {SMALL_DATASET} labelled cases: most of them train; test "
@@ -333,6 +367,15 @@ def _data_lines(plan: _Plan, source: str) -> list[str]:
             else "    split: [0.7, 0.15, 0.15]     # test cases kept for distmis evaluate; finalize cross-validates the rest"
         ),
     ]
+
+
+def _text(value: object) -> str:
+    """Text from the dataset (its name, a modality's) as it may appear in a comment of the file: a
+    JSON string, ASCII only, so that no line break of any kind (``\\n``, ``\\r``, U+0085, U+2028)
+    can end the comment and turn the rest of the name into live YAML."""
+    import json
+
+    return json.dumps(str(value), ensure_ascii=True)
 
 
 def _flow(values: dict[str, Any]) -> str:
@@ -352,7 +395,8 @@ def _training_lines(plan: _Plan) -> list[str]:
         f"  epochs: {sz.epochs}                     # {sz.why}",
         f"  steps_per_epoch: {sz.steps_per_epoch}           # iterations, each a random batch of patches (nnU-Net: "
         "250), not a pass over the cases",
-        f"  batch_size_per_replica: {BATCH}     # nnU-Net's batch",
+        f"  batch_size_per_replica: {plan.batch}     # "
+        + ("nnU-Net's batch" if plan.batch == BATCH else f"every training case: only {plan.batch} train"),
         f"  patch: {plan.patch}            # "
         + (
             f"the whole volume: it fits the {plan.budget:g} GiB {where} budget (~{plan.estimate_gb:.2f} GiB estimated)"
@@ -444,4 +488,14 @@ def relative_source(dataset: Path, file: Path) -> str:
         return str(dataset.resolve())
 
 
-__all__ = ["HEADER", "MIN_TRIAL_STEPS", "PlanOptions", "Sizing", "conv_work", "plan_search", "relative_source"]
+__all__ = [
+    "HEADER",
+    "MIN_CASES",
+    "MIN_TRIAL_STEPS",
+    "PlanOptions",
+    "Sizing",
+    "conv_work",
+    "plan_search",
+    "relative_source",
+    "unplannable",
+]

@@ -115,27 +115,44 @@ def _prepare_case(
     np.save(buffer, np.stack(samples) if samples else np.zeros((0, 0), np.float32))
     with atomic_file(work / CASES_DIR / f"{case.case_id}.samples.npy") as tmp, open(tmp, "wb") as fh:
         fh.write(buffer.getvalue())
-    done: dict[str, Any] = {"record": record, "warnings": warnings, "stats": stats}
+    done: dict[str, Any] = {"record": record, "warnings": warnings, "stats": stats, "source": source_stamp(case)}
     write_json_atomic(work / CASES_DIR / f"{case.case_id}.done.json", done)  # last: the case is complete
     done["stats"]["samples"] = list(samples)
     return done
 
 
-def _finished_case(work: Path, case_id: str) -> dict[str, Any] | None:
-    """The done-record of a case an interrupted prepare finished (``--resume``), if its files are whole."""
+def source_stamp(case: MsdCase) -> list[list[Any]]:
+    """The identity of a case's source files (path, size, modification time, inode): a resumed
+    prepare makes the case again when its source changed after it was first made."""
+    stamp = []
+    for path in (case.image, case.label):
+        if path is not None:
+            st = Path(path).stat()
+            stamp.append([str(path), st.st_size, st.st_mtime_ns, st.st_ino])
+    return stamp
+
+
+def _finished_case(work: Path, case: MsdCase) -> dict[str, Any] | None:
+    """The done-record of a case an interrupted prepare finished (``--resume``), if its files are whole,
+    inside ``work``, and made from the source files as they are now."""
     import json
     import stat
 
+    case_id = case.case_id
     own = [work / CASES_DIR / f"{case_id}.done.json", work / CASES_DIR / f"{case_id}.samples.npy"]
     try:
         done = json.loads(own[0].read_text())
+        if done.get("source") != source_stamp(case):
+            return None
         files = [(work / e["file"], e["bytes"]) for e in done["record"]["files"].values()]
+        if any(not path.resolve().is_relative_to(work.resolve()) for path, _ in files):
+            return None  # a record naming another place is not this prepare's
         for path, size in [*files, *((p, None) for p in own)]:
             st = os.lstat(path)  # only what this prepare wrote: a regular file of one name, never a link
             if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or (size is not None and st.st_size != size):
                 return None
         samples = np.load(own[1])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     done["stats"]["samples"] = list(samples)
     # JSON made the label values strings; the fingerprint counts them by value
@@ -195,6 +212,22 @@ def split_cases(case_ids: list[str], fractions: tuple[float, float, float], seed
     }
 
 
+def _check_target_size(shape: tuple[int, ...], channels: int) -> None:
+    """A target shape is a claim on memory like a header's: one prepared case (float32, every channel)
+    must fit in half of this machine's memory, or a typo (2048,2048,2048) ends in the OOM killer."""
+    import math
+
+    from distmis.data._msd import max_volume_bytes
+
+    need, limit = math.prod(int(s) for s in shape) * channels * 4, max_volume_bytes()
+    if need > limit:
+        raise DataError(
+            f"shape {','.join(str(int(s)) for s in shape)}: one prepared case is {need / 2**30:.1f} GiB as float32 "
+            f"({channels} channel(s)), more than half of this machine's memory ({limit / 2**30:.1f} GiB); "
+            "give a smaller shape"
+        )
+
+
 def _manifest(
     dataset: MsdDataset,
     src: Path,
@@ -207,7 +240,8 @@ def _manifest(
     normalisation: list[dict[str, Any]],
 ) -> dict[str, Any]:
     """``info.json`` before its splits are written."""
-    num_classes = {"binary": 1, "regions": len(regions or {})}.get(label_mode, max(dataset.labels) + 1)
+    # one class per declared label, whatever their numbering (0, 1, 2, 4 gives 4 classes, not 5)
+    num_classes = {"binary": 1, "regions": len(regions or {})}.get(label_mode, len({0, *dataset.labels}))
     return {
         "format": FORMAT,
         "source": {"name": dataset.name, "description": dataset.description, "path": str(src.resolve())},
@@ -328,6 +362,7 @@ def prepare_dataset(
     shape, resize, label_mode, split, seed = o.shape, o.resize, o.label_mode, o.split, o.seed
     dataset = read_dataset_json(src)
     _check_regions(regions, label_mode, dataset.labels, src / "dataset.json")
+    _check_target_size(shape, dataset.num_modalities)
     check_output(out, option="OUT", inputs={"source dataset": src})
     check_replaceable(out, option="OUT", overwrite=overwrite)
     for case in dataset.training:  # headers only: every misaligned case is found before any work
@@ -381,7 +416,7 @@ def _prepare_cases(
     progress: Callable[[int, int], None] | None,
 ) -> dict[str, dict[str, Any]]:
     """Every case's done-record: those a resumed prepare finished before, and the rest made now."""
-    done = {cid: d for cid in ids if (d := _finished_case(work, cid)) is not None}
+    done = {cid: d for cid in ids if (d := _finished_case(work, by_id[cid])) is not None}
     counter = _Counter(len(ids), progress)
     for _ in done:
         counter.step()

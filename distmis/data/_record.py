@@ -249,12 +249,19 @@ def load_manifest(root: str | Path) -> Manifest:
         raise DataError(f"{path}: shape: expected 3 positive integers, got {list(checked.shape)}")
     if checked.channels != len(checked.modalities):
         raise DataError(f"{path}: channels {checked.channels} but {len(checked.modalities)} modalities")
+    seen_in: dict[str, str] = {}  # a case in two splits (or twice in one) would be trained and tested on
     for name, split in checked.splits.items():
         if split.num_cases != len(split.cases):
             raise DataError(f"{path}: splits.{name}: num_cases {split.num_cases} but {len(split.cases)} cases")
         for case in split.cases:
             if case not in checked.cases:
                 raise DataError(f"{path}: splits.{name}: case {case!r} has no entry in cases")
+            if case in seen_in:
+                where = "twice" if seen_in[case] == name else f"and in splits.{seen_in[case]}"
+                raise DataError(
+                    f"{path}: splits.{name}: case {case!r} is listed {where}; each case belongs to one split once"
+                )
+            seen_in[case] = name
     for case, record in checked.cases.items():
         for key in ("image", "label", "foreground"):
             file = getattr(record.files, key).file

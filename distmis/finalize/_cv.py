@@ -127,13 +127,13 @@ def case_scores(
     """Every case's scores (``dice``, ``dice_<class>`` ...) of the probabilities ``probabilities(case)``
     gives, turned into labels as ``predict`` does (and with the largest components of ``masks``)."""
     from distmis.data import load_case_label, load_nifti_header
-    from distmis.inference import keep_largest_components, probabilities_to_labels, score_labels
+    from distmis.inference import keep_largest_components, label_values_of, probabilities_to_labels, score_labels
 
     regions = record.preprocessing.get("regions") if record.preprocessing["label_mode"] == "regions" else None
     labels = {int(k): v for k, v in record.preprocessing["labels"].items()}
     scores = {}
     for case_id, case in cases.items():
-        pred = probabilities_to_labels(probabilities(case_id), 0.5, regions)
+        pred = probabilities_to_labels(probabilities(case_id), 0.5, regions, label_values_of(record))
         if masks:
             pred = keep_largest_components(pred, masks)
         affine, _ = load_nifti_header(case.label)

@@ -30,6 +30,7 @@ from distmis.data import (
 from distmis.documents import read_json
 from distmis.exceptions import ConfigError, TuningError
 from distmis.files import check_location, marker_info
+from distmis.links import refuse_link
 from distmis.schema import RunFile
 from distmis.tuning import check_resumed_choices, check_tune_state, read_recorded
 
@@ -97,10 +98,12 @@ class FinalizePlan:
     postprocess: bool = True
     resume: bool = False
     search_tracking: dict[str, Any] = field(default_factory=dict)
+    splits: CaseSplits | None = None  # the data's splits as this finalize saw them (checked, recorded)
 
     def as_json(self) -> dict[str, Any]:
         return {
             "run": str(self.run),
+            "splits": self.splits.model_dump() if self.splits is not None else None,
             "candidates": [asdict(c) for c in self.candidates],
             "folds": self.folds,
             "seed": self.seed,
@@ -134,15 +137,14 @@ def plan_finalize(options: FinalizeOptions) -> FinalizePlan:
     run = Path(options.run).resolve()
     out_dir = Path(options.out).resolve() if options.out else run / "finalize"
     final_dir = Path(options.final).resolve() if options.final else run / "final"
+    if not options.out:  # a place inside the search that distmis names: a link there is not the user's choice
+        refuse_link(out_dir, what="finalize directory")
     if resume:
         check_location(
             out_dir, what="finalize", resume_command="distmis finalize <original search> --out <original> --resume"
         )
     summary, config, prepared = _read_search(run)
-    recorded_splits = read_search_splits(run)
-    if recorded_splits is not None:  # the folds must come from the search's own train+val, its test untouched
-        now = CaseSplits.of_manifest(load_manifest(prepared).info)
-        check_same_splits(recorded_splits, now, recorded_in=f"the search {run} ({SPLITS_FILE})", data=prepared)
+    splits = _checked_splits(run, prepared)
     recorded = out_dir / PLAN_FILE
     if recorded.is_file() and not resume:
         raise TuningError(f"{out_dir}: a finalize already exists here; pass --resume to continue it, or choose --out")
@@ -150,6 +152,10 @@ def plan_finalize(options: FinalizeOptions) -> FinalizePlan:
         raise TuningError(f"{out_dir}: no finalize to resume here (no {PLAN_FILE}); run without --resume")
     if resume:
         data = read_recorded(recorded, what="finalize")
+        if isinstance(data.get("splits"), dict):  # what the folds already trained were split from
+            check_same_splits(
+                CaseSplits.model_validate(data["splits"]), splits, recorded_in=str(recorded), data=prepared
+            )
         chosen = {**{k: data[k] for k in DEFAULTS if k != "top"}, "top": len(data["candidates"])}
         check_resumed_choices(recorded, given, chosen, _spell)
         check_tune_state(out_dir / RunFile.TUNE_DIR, command="the finalize")
@@ -176,6 +182,7 @@ def plan_finalize(options: FinalizeOptions) -> FinalizePlan:
         postprocess=postprocess,
         resume=resume,
         search_tracking=_search_tracking(run),
+        splits=splits,
     )
     check_fold_classes(plan)
     check_final(final_dir, out_dir, resume=resume, overwrite=overwrite)
@@ -222,6 +229,48 @@ def read_selection_of(final: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def _checked_splits(run: Path, prepared: Path) -> CaseSplits:
+    """The data's splits, checked against those the search recorded: the folds must come from the
+    search's own train+val and its test cases stay untouched.
+
+    Without ``splits.json`` (deleted: every search of this version writes one) the trials' models
+    still record the splits they trained on, and those are checked instead; the finalize's plan
+    records what it used either way.
+    """
+    from distmis.console import notify
+
+    now = CaseSplits.of_manifest(load_manifest(prepared).info)
+    recorded, where = read_search_splits(run), f"the search {run} ({SPLITS_FILE})"
+    if recorded is None:
+        recorded, where = _splits_of_trial_models(run)
+        notify(
+            f"distmis: warning: {run}: no {SPLITS_FILE}; "
+            + (
+                f"the data's splits are checked against {where} instead"
+                if recorded is not None
+                else "no trial model records its splits either, so they cannot be checked: the test cases are "
+                f"those {prepared} lists now (recorded in the finalize's {PLAN_FILE})"
+            )
+        )
+    if recorded is not None:
+        check_same_splits(recorded, now, recorded_in=where, data=prepared)
+    return now
+
+
+def _splits_of_trial_models(run: Path) -> tuple[CaseSplits | None, str]:
+    """The splits a trial's model trained on (its ``best/preprocessing.json``), the first that has them."""
+    import json
+
+    for record in sorted((run / RunFile.TRIALS_DIR).glob(f"*/{RunFile.BEST_MODEL_DIR}/{RunFile.PREPROCESSING}")):
+        try:
+            splits = json.loads(record.read_text()).get("splits")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(splits, dict):
+            return CaseSplits.model_validate(splits), f"the trial model {record.parent}"
+    return None, ""
 
 
 def _read_search(run: Path) -> tuple[dict[str, Any], ExperimentConfig, Path]:

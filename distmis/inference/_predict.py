@@ -129,9 +129,13 @@ def predict_probabilities(
 
 
 def probabilities_to_labels(
-    probs: np.ndarray, threshold: float = 0.5, regions: dict[str, list[int]] | None = None
+    probs: np.ndarray,
+    threshold: float = 0.5,
+    regions: dict[str, list[int]] | None = None,
+    values: list[int] | None = None,
 ) -> np.ndarray:
-    """Binary model: foreground (1) where p > threshold. Multi-class: argmax = the MSD label value.
+    """Binary model: foreground (1) where p > threshold. Multi-class: the argmax class, written as the
+    dataset's own label value (``values``: one per class, see :func:`distmis.labels.class_values`).
     Region model (``regions``): each region where p > threshold, written back as MSD label values
     (ET -> 3, TC without ET -> 2, WT without TC -> 1), so the file overlays like a ground truth."""
     if regions:
@@ -140,7 +144,15 @@ def probabilities_to_labels(
         return labels_from_regions(probs > threshold, regions)
     if probs.shape[-1] == 1:
         return (probs[..., 0] > threshold).astype(np.uint8)
-    return np.argmax(probs, axis=-1).astype(np.uint8)
+    classes = np.argmax(probs, axis=-1)
+    return (np.asarray(values, np.uint8)[classes] if values is not None else classes).astype(np.uint8)
+
+
+def label_values_of(record: ModelRecord) -> list[int]:
+    """The dataset's label value of each of the model's classes (its ``preprocessing.json``)."""
+    from distmis.labels import class_values
+
+    return class_values(record.preprocessing["labels"], int(record.preprocessing["num_classes"]))
 
 
 def write_segmentation(labels: np.ndarray, affine: np.ndarray, header: Any, out: Path) -> None:
@@ -184,7 +196,7 @@ def predict_case(
 
         probs = predict_probabilities(image, record, predict, options, counted)
         regions = record.preprocessing.get("regions") if record.preprocessing["label_mode"] == "regions" else None
-        labels = probabilities_to_labels(probs, options.threshold, regions)
+        labels = probabilities_to_labels(probs, options.threshold, regions, label_values_of(record))
         if record.largest_component:  # an ensemble's post-processing, chosen by cross-validation
             labels = keep_largest_components(labels, record.largest_component)
         write_segmentation(labels, affine, header, job.out)

@@ -179,10 +179,28 @@ def _number(row: dict[str, str], column: str, where: str, *, optional: bool = Fa
     return value
 
 
+#: a week: no epoch, start-up or report of a real trial takes longer; a larger value is a broken table
+MAX_SECONDS = 7 * 24 * 3600.0
+#: metrics that are fractions of the volume (overlaps): a value outside [0, 1] is not one
+_FRACTION_METRICS = ("dice", "iou", "sensitivity", "specificity", "precision", "recall")
+
+
 def _seconds(row: dict[str, str], column: str, where: str, *, optional: bool = False) -> float | None:
     value = _number(row, column, where, optional=optional)
-    if value is not None and value < 0:
-        raise CurveError(f"{where}: {column} is {row.get(column, '').strip()!r}; expected seconds, 0 or more")
+    if value is not None and not 0 <= value <= MAX_SECONDS:
+        raise CurveError(
+            f"{where}: {column} is {row.get(column, '').strip()!r}; expected seconds, from 0 to {MAX_SECONDS:.0f} "
+            "(a week)"
+        )
+    return value
+
+
+def _metric_value(row: dict[str, str], metric: str, where: str) -> float:
+    """A metric's value: finite, and within [0, 1] when it is an overlap (Dice 1e300 is a broken table)."""
+    value = _number(row, metric, where)
+    assert value is not None
+    if any(word in metric.split("_") for word in _FRACTION_METRICS) and not 0.0 <= value <= 1.0:
+        raise CurveError(f"{where}: {metric} is {row.get(metric, '').strip()!r}; an overlap lies between 0 and 1")
     return value
 
 
@@ -255,9 +273,7 @@ def _curves_of_rows(rows: Iterable[dict[str, str]], path: Path, columns: list[st
         current.epoch_seconds.append(seconds)
         current.report_seconds.append(_seconds(row, "report_seconds", where, optional=True))
         for m in metrics:
-            value = _number(row, m, where)
-            assert value is not None
-            current.values[m].append(value)
+            current.values[m].append(_metric_value(row, m, where))
     if current is not None:
         yield current
 

@@ -27,17 +27,27 @@ def _epochs(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
-def _cold_starts(search: Path) -> dict[str, float]:
-    """Each trial's slot cold start (``group_startup_seconds`` of ``results.csv``), where recorded."""
+def _cold_starts(search: Path, trials: list[str]) -> dict[str, float]:
+    """Each trial's slot cold start (``group_startup_seconds`` of ``results.csv``), where recorded.
+
+    Raises:
+        CurveError: ``results.csv`` records cold starts but has no row for one of ``trials`` (a
+            truncated file would otherwise model that trial's cold start as 0 s).
+    """
     path = search / RunFile.RESULTS
     if not path.is_file():
         return {}
     with open(path, encoding="utf-8", newline="") as fh:
-        return {
-            row["trial_id"]: value
-            for row in csv.DictReader(fh)
-            if (value := finite_or_none(row.get("group_startup_seconds"))) is not None
-        }
+        rows = list(csv.DictReader(fh))
+    found = {row.get("trial_id"): finite_or_none(row.get("group_startup_seconds")) for row in rows}
+    if any(v is not None for v in found.values()):
+        missing = [t for t in trials if t not in found]
+        if missing:
+            raise CurveError(
+                f"{path}: no row for trial(s) {', '.join(missing[:3])} of summary.json: a truncated file? Their "
+                "cold starts are unknown; restore it, or simulate from a curve table"
+            )
+    return {tid: value for tid, value in found.items() if tid is not None and value is not None}
 
 
 #: the phases of ``timings.json`` before the first trial starts
@@ -79,18 +89,28 @@ def curves_of_search(search: str | Path) -> tuple[CurveTable, int]:
     detail = summary.get("trials_detail") if isinstance(summary, dict) else None
     if not isinstance(detail, list) or not detail:
         raise CurveError(f"{search}: not a finished search (summary.json lists no trials)")
-    cold = _cold_starts(search)
-    fixed = _fixed_seconds(search)
     trials = sorted(
         (t for t in detail if isinstance(t, dict) and finite_or_none(t.get("started_at")) is not None),
         key=lambda t: float(t["started_at"]),
     )
+    stopped = [str(t["trial_id"]) for t in trials if t.get("stopped_early")]
+    if stopped:
+        raise CurveError(
+            f"{search}: {len(stopped)} of its {len(trials)} trials were stopped early by its scheduler "
+            f"({', '.join(stopped[:3])}{', ...' if len(stopped) > 3 else ''}); simulate replays whole curves: record "
+            "a pilot search with `scheduler: {type: none}`"
+        )
+    cold = _cold_starts(search, [str(t["trial_id"]) for t in trials if t.get("status") == "TERMINATED"])
+    fixed = _fixed_seconds(search)
     ends: list[float] = []  # ends of finished trials, sorted: the moments a slot was freed
     curves: list[Curve] = []
     left_out = 0
     for t in trials:
         tid, started = str(t["trial_id"]), float(t["started_at"])
-        rows = _epochs(search / RunFile.TRIALS_DIR / tid / RunFile.METRICS)
+        epochs_file = search / RunFile.TRIALS_DIR / tid / RunFile.METRICS
+        if t.get("status") == "TERMINATED" and not epochs_file.is_file():
+            raise CurveError(f"{epochs_file}: missing, though trial {tid} finished; its curve is gone (restore it)")
+        rows = _epochs(epochs_file)
         finished = finite_or_none(t.get("finished_at"))
         if finished is not None:
             bisect.insort(ends, finished)

@@ -34,9 +34,12 @@ def quartiles(values: list[float]) -> tuple[float, float, float]:
     return q(0.5), q(0.25), q(0.75)
 
 
-def fmt_stat(median: float, q1: float, q3: float, digits: int) -> str:
+def fmt_stat(median: float, q1: float, q3: float, digits: int, *, infinite: str = "inf") -> str:
+    """``median [q1-q3]``; an infinite value is written ``infinite`` (what it means in its column:
+    a target never reached, a best not yet reported)."""
+
     def f(x: float) -> str:
-        return "inf" if math.isinf(x) else "-" if math.isnan(x) else f"{x:.{digits}f}"
+        return infinite if math.isinf(x) else "-" if math.isnan(x) else f"{x:.{digits}f}"
 
     return f"{f(median)} [{f(q1)}-{f(q3)}]"
 
@@ -127,8 +130,8 @@ def analyse(
     return table
 
 
-def _fmt(stat: dict[str, float], digits: int) -> str:
-    return fmt_stat(stat["median"], stat["q1"], stat["q3"], digits)
+def _fmt(stat: dict[str, float], digits: int, *, infinite: str = "inf") -> str:
+    return fmt_stat(stat["median"], stat["q1"], stat["q3"], digits, infinite=infinite)
 
 
 def table_text(table: dict[str, Any], metric: str, *, baseline: str = "default") -> str:
@@ -145,9 +148,10 @@ def table_text(table: dict[str, Any], metric: str, *, baseline: str = "default")
     for method, m in table["methods"].items():
         s = m["summary"]
         lines.append(
-            f"| {method} | {s['reached']}/{len(m['seeds'])} | {_fmt(s['time_to_target'], 1)} | "
-            f"{_fmt(s['compute_to_target'], 0)} | {_fmt(s['best_at_25'], 4)} | {_fmt(s['best_at_50'], 4)} | "
-            f"{_fmt(s['best_at_100'], 4)} | {_fmt(s['auc'], 4)} | {_fmt(s['compute'], 0)} | {_fmt(s['epochs'], 0)} | "
+            f"| {method} | {s['reached']}/{len(m['seeds'])} | {_fmt(s['time_to_target'], 1, infinite='never')} | "
+            f"{_fmt(s['compute_to_target'], 0, infinite='never')} | {_fmt(s['best_at_25'], 4, infinite='not yet')} | "
+            f"{_fmt(s['best_at_50'], 4, infinite='not yet')} | "
+            f"{_fmt(s['best_at_100'], 4, infinite='not yet')} | {_fmt(s['auc'], 4)} | {_fmt(s['compute'], 0)} | {_fmt(s['epochs'], 0)} | "
             f"{_fmt(s['trials'], 0)} | {_fmt(s['wall'], 1)} |"
         )
     methods = table["methods"]

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from distmis.config import ExperimentConfig, load_config
-from distmis.files import OutputClaim, check_output, write_text_atomic
+from distmis.exceptions import OutputError
+from distmis.files import OutputClaim, check_output, marker_info, write_text_atomic
 from distmis.schema import RunFile
 from distmis.simulate._clock import on_clock
 from distmis.simulate._curves import CurveError, CurveTable, typed_for
@@ -99,6 +100,51 @@ def _checked_numbers(
     return driver
 
 
+#: the longest a simulation may be estimated to run before it is refused (``--max-hours``)
+MAX_HOURS = 1.0
+
+
+def estimated_seconds(samples: list[int], seeds: int) -> float:
+    """Roughly how long simulating searches of ``samples`` trials each, over ``seeds`` seeds, takes.
+
+    The searcher's suggestions cost more as its history grows (TPE is linear in it), so a search of
+    n trials costs about a*n + b*n^2; a and b were fitted to simulate's own runs of 64 and 512 trials
+    on a 2-core machine. An order of magnitude is all a bound needs.
+    """
+    return seeds * sum(0.0105 * n + 2.0e-5 * n * n for n in samples)
+
+
+def _check_before_work(
+    methods: list[Any], out: Path, *, samples: int | None, seeds: int, max_hours: float, overwrite: bool
+) -> None:
+    """What must hold before a simulation starts: a name per method, a bounded cost, an ``--out``
+    that is new or replaced on purpose."""
+    names = [m.name for m in methods]
+    if len(set(names)) != len(names):
+        raise CurveError(f"two search files share a name ({names}); each method needs its own `name`")
+    _check_cost([samples or m.config.search.num_samples for m in methods], seeds, max_hours)
+    _check_replaceable(out, overwrite)
+
+
+def _check_cost(samples: list[int], seeds: int, max_hours: float) -> None:
+    if not (math.isfinite(max_hours) and max_hours > 0):
+        raise CurveError(f"--max-hours: expected a positive number of hours; got {max_hours}")
+    estimate = estimated_seconds(samples, seeds)
+    if estimate > max_hours * 3600:
+        raise CurveError(
+            f"--samples {max(samples)} x --seeds {seeds}: about {estimate / 3600:.3g} hours to simulate on this "
+            f"machine, more than --max-hours {max_hours:g}; give fewer samples or seeds, or a larger --max-hours"
+        )
+
+
+def _check_replaceable(out: Path, overwrite: bool) -> None:
+    """An earlier simulation's ``--out`` is replaced only with ``--overwrite``, as every command's output."""
+    if overwrite or not out.is_dir() or marker_info(out) is None:
+        return  # new, empty, or not distmis's (the claim refuses the last, naming it)
+    if any((out / name).exists() for name in (RunFile.SUMMARY, "summary.md", "best_so_far.png")):
+        raise OutputError(f"--out {out}: holds an earlier simulation; give --overwrite to replace it, or another --out")
+
+
 def run_simulation(
     search_files: list[Path],
     curves: list[Path],
@@ -111,6 +157,8 @@ def run_simulation(
     match_training_seed: bool = False,
     clock_of: list[Path] | None = None,
     driver_seconds: tuple[float, float] | None = None,
+    overwrite: bool = False,
+    max_hours: float = MAX_HOURS,
 ) -> dict[str, Any]:
     """Simulate every search file over ``seeds`` seeds; writes ``summary.json``, ``summary.md`` and
     ``best_so_far.png`` into ``out`` and returns the summary.
@@ -128,9 +176,7 @@ def run_simulation(
     out = check_output(out, option="--out", inputs=inputs)
     table, clocks = on_clock(read_tables(list(curves)), clock_of)
     methods = [method_of(p, table, workers=workers, samples=samples, driver_seconds=driver) for p in search_files]
-    names = [m.name for m in methods]
-    if len(set(names)) != len(names):
-        raise CurveError(f"two search files share a name ({names}); each method needs its own `name`")
+    _check_before_work(methods, out, samples=samples, seeds=seeds, max_hours=max_hours, overwrite=overwrite)
     with OutputClaim(out, command="simulate", option="--out"):
         runs, seconds = _simulate_all(methods, workers=workers, seeds=seeds, match_training_seed=match_training_seed)
         first = methods[0]

@@ -24,7 +24,7 @@ import numpy as np
 from distmis.data import Manifest, eval_batches, make_dataset
 from distmis.exceptions import TrainingError
 from distmis.files import atomic_file
-from distmis.labels import class_names
+from distmis.labels import class_names, class_values
 from distmis.metrics import DICE, IOU, VAL_DICE, VAL_IOU, VAL_LOSS, EpochMetrics, class_metric, class_metrics
 from distmis.model import (
     build_optimizer,
@@ -108,9 +108,10 @@ class Trainer:
         if mode == "multiclass" and manifest.regions:
             from distmis.labels import metric_suffix
 
+            index = {v: c for c, v in enumerate(class_values(manifest.labels, manifest.num_classes))}
             for region, values in manifest.regions.items():
-                if all(v < manifest.num_classes for v in values):
-                    self.metric_regions.append(list(values))
+                if all(v in index for v in values):  # scored on the classes that stand for its values
+                    self.metric_regions.append([index[v] for v in values])
                     names.append(metric_suffix(region))
         self.score_names = names
         with self.strategy.scope():

@@ -21,8 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from distmis.config import ExperimentConfig, dump_config
-from distmis.data import ModelPreprocessing, fold_view, load_manifest
+from distmis.data import ModelPreprocessing, fold_view, load_manifest, pipeline_errors
 from distmis.exceptions import TrainingError
 from distmis.files import (
     atomic_directory,
@@ -67,6 +69,17 @@ def _better(metric: str, mode: str, new: float | None, old: float | None) -> boo
     if old is None or math.isnan(old):
         return True
     return new > old if mode == "max" else new < old
+
+
+def _nonfinite_weights(arrays: dict[str, Any]) -> int:
+    """How many of the model's weight arrays hold a NaN or an infinity (optimizer state left out)."""
+    return sum(
+        1
+        for name, value in arrays.items()
+        if name.startswith("model/")
+        and np.issubdtype(np.asarray(value).dtype, np.floating)
+        and not np.isfinite(value).all()
+    )
 
 
 def _write_checkpoint(directory: Path, arrays: dict, state: dict) -> None:
@@ -221,12 +234,15 @@ class RunSession:
             return EpochMetrics.from_dict(self._unreported.pop(0))
         if self.done and self.history:
             return EpochMetrics.from_dict(self.history[-1])
-        metrics = self.trainer.run_epoch()
+        with pipeline_errors():  # a case that cannot be read: distmis's one line, not TensorFlow's traceback
+            metrics = self.trainer.run_epoch()
+        arrays = self.trainer.state_arrays()  # every rank: may be a collective
+        metrics.nonfinite_weights = float(_nonfinite_weights(arrays))
         row = metrics.as_dict()
         self.history.append(row)
         value = row.get(self.metric)
-        improved = _better(self.metric, self.mode, value, self.best_value)
-        arrays = self.trainer.state_arrays()  # every rank: may be a collective
+        # diverged weights are never the best, whatever their (constant-prediction) score says
+        improved = not metrics.nonfinite_weights and _better(self.metric, self.mode, value, self.best_value)
         if improved:
             self.best_value, self.best = value, row
         if self.is_chief:

@@ -148,3 +148,61 @@ def test_a_budget_times_the_planned_network_here(tmp_path: Path) -> None:
     config, _, text = _claims(tmp_path, raw, "--budget", "3m")
     assert "s a step" in text and config.search.time_budget == "3m"
     assert config.train.epochs * config.train.steps_per_epoch >= 1
+
+
+HOSTILE_TEXT = [
+    "brain\ntracking: {uri: 'http://attacker.example'} #",
+    "two\r\nlines",
+    "a # b: c",
+    "x\u2028search: {num_samples: 999}",
+    "y\x85parallelism: {mode: data}",
+    "!!python/object:os.system 'rm -rf /'",
+    "quotes ' and \" and \\ ",
+    "colon: value",
+]
+
+
+@pytest.mark.parametrize("text", HOSTILE_TEXT, ids=range(len(HOSTILE_TEXT)))
+def test_no_text_from_the_dataset_becomes_yaml(tmp_path: Path, text: str) -> None:
+    """The dataset's name and modality names, holding line breaks of every kind, ``#``, ``: ``,
+    quotes and YAML tags, only ever land in a comment that they cannot end: the planned file parses
+    to exactly what the same dataset with plain names plans."""
+    raw = write_msd(tmp_path / "raw", cases=4, shape=(16, 16, 16))
+    plain = _plan(tmp_path, raw)
+    meta = json.loads((raw / "dataset.json").read_text())
+    meta["name"] = text
+    meta["modality"] = {"0": text, "1": "T1 " + text}
+    (raw / "dataset.json").write_text(json.dumps(meta))
+    hostile = _plan(tmp_path, raw, "--overwrite")
+    assert hostile == plain
+    assert "attacker" not in json.dumps(hostile)
+
+
+def test_ct_is_recognised_by_its_name_in_any_spelling() -> None:
+    from distmis.data import is_ct
+
+    assert all(is_ct(name) for name in ("CT", "ct", "CT scan", "non-contrast CT", "Computed Tomography", "ct_arterial"))
+    assert not any(is_ct(name) for name in ("T1", "FLAIR", "octave", "PET", "ACT-R"))
+
+
+def test_init_plans_only_what_runs(assets: Assets, tmp_path: Path) -> None:
+    """Too few cases and nothing to segment are refused in one line; three cases plan a batch that
+    the one training case can fill, and the file validates."""
+    for cases in (1, 2):
+        ws = Workspace(tmp_path / f"few{cases}", assets)
+        write_msd(ws.dir / "data", cases=cases)
+        check_case(f"init-{cases}-cases", "init", ws, ["init", "data", "--out", "plan.yaml"], "at least 3")
+    plan = _plan(tmp_path, write_msd(tmp_path / "three", cases=3))
+    assert plan["train"]["batch_size_per_replica"] == 1
+
+    ws = Workspace(tmp_path / "nofg", assets)
+    raw = write_msd(ws.dir / "data", cases=4)
+    meta = json.loads((raw / "dataset.json").read_text())
+    for entry in meta["training"]:
+        nib.save(nib.Nifti1Image(np.zeros((16, 16, 16), np.uint8), np.eye(4)), raw / entry["label"])
+    meta["labels"] = {"0": "background"}
+    (raw / "dataset.json").write_text(json.dumps(meta))
+    check_case("init-no-foreground-label", "init", ws, ["init", "data", "--out", "plan.yaml"], "no foreground")
+    meta["labels"] = {"0": "background", "1": "lesion"}
+    (raw / "dataset.json").write_text(json.dumps(meta))
+    check_case("init-background-only", "init", ws, ["init", "data", "--out", "plan.yaml"], "background only")

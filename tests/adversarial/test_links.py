@@ -98,6 +98,23 @@ def test_evaluate_and_predict_with_a_linked_sibling_lock(assets: Assets, tmp_pat
     check_case("predict_lock_link", "links", ws, argv, ".segs.distmis-lock")
 
 
+@pytest.mark.parametrize("linked", ["plots", "tune", "trials", "finalize"])
+def test_a_directory_link_inside_a_search(assets: Assets, tmp_path: Path, linked: str) -> None:
+    """A link at a directory inside a search (``RUN/plots`` to a user's folder): resume and finalize
+    refuse it before writing, and the folder it points at is untouched."""
+    ws = Workspace(tmp_path, assets)
+    space = ws.search("  lr: {loguniform: [1.0e-3, 1.0e-2]}\n")
+    run = fake_search(ws, "run", space.read_text(), tune=True)
+    folder = ws.dir / "users-folder"
+    folder.mkdir()
+    (folder / "search_history.png").write_text("the user's own file\n")
+    if (run / linked).exists():
+        shutil.rmtree(run / linked)
+    (run / linked).symlink_to(folder, target_is_directory=True)
+    argv = ["finalize", "run"] if linked == "finalize" else ["tune", str(space), "--out", "run", "--resume"]
+    check_case(f"{linked}_directory_link", "links", ws, argv, f"run/{linked}")
+
+
 def test_train_into_a_directory_whose_lock_is_a_link(assets: Assets, tmp_path: Path) -> None:
     ws = Workspace(tmp_path, assets)
     prepared = ws.prepared()
@@ -219,6 +236,63 @@ def test_every_file_a_search_writes_is_opened_without_following_a_link(assets: A
     assert len(refused) >= 5, refused
     for at in planted:  # a link that was not refused was not written through: it is still the link
         assert at.is_symlink() or os.path.relpath(at, run) in refused, at
+
+    directories = _written_directories(records + resumed, run)
+    assert {"plots", "trials", "tune"} <= set(directories), directories
+    for depth in (1, 2):  # a link at a directory hides those below it: one depth at a time
+        planted = _plant_directory_links(run, [d for d in directories if d.count("/") == depth - 1], victims)
+        refused = _resume_until_every_link_is_refused(space, ws, run, planted)
+        assert sorted(refused) == sorted(os.path.relpath(at, run) for at in planted), refused
+
+
+def _written_directories(records: list[dict], root: Path) -> list[str]:
+    """Every directory under ``root`` that a command wrote a file into, and those above it."""
+    found = set()
+    for rel in _written_paths(records, root):
+        parts = Path(rel).parts[:-1]
+        found.update("/".join(parts[: i + 1]) for i in range(len(parts)))
+    return sorted(found)
+
+
+def _plant_directory_links(root: Path, paths: list[str], victims: Path) -> dict[Path, Path]:
+    """Replace each directory at ``paths`` by a link to a copy of it in ``victims``."""
+    planted = {}
+    for rel in paths:
+        at = root / rel
+        if at.is_symlink() or not at.is_dir():
+            continue
+        victim = victims / f"dir-{rel.replace('/', '--')}"
+        shutil.copytree(at, victim, symlinks=True)
+        shutil.rmtree(at)
+        at.symlink_to(victim, target_is_directory=True)
+        planted[at] = victim
+    assert planted, paths
+    return planted
+
+
+def _resume_until_every_link_is_refused(space: Path, ws: Workspace, run: Path, planted: dict[Path, Path]) -> list[str]:
+    """``tune --resume`` again and again: each run must refuse one planted link (exit 2, one error
+    naming it) and leave every target as it was; the refused link is then put back as a directory."""
+    victims = next(iter(planted.values())).parent
+    before = snapshot(victims)
+    refused: list[str] = []
+    for _ in range(len(planted) + 1):
+        result = run_distmis(
+            ["tune", str(space), "--out", "run", "--resume"],
+            cwd=ws.dir,
+            env={"DISTMIS_DATA_HOME": str(ws.dir / "cache")},
+        )
+        assert snapshot(victims) == before, f"a linked directory's target changed: {result.stderr[-2000:]}"
+        if result.returncode == 0:
+            break
+        errors = [line for line in result.stderr.splitlines() if line.startswith(ERROR_PREFIX)]
+        assert result.returncode == 2 and len(errors) == 1, result.stdout[-1500:] + result.stderr[-3000:]
+        named = next((at for at in planted if at.is_symlink() and str(at) in errors[0]), None)
+        assert named is not None and "symbolic link" in errors[0], errors[0]
+        refused.append(os.path.relpath(named, run))
+        named.unlink()
+        shutil.copytree(planted[named], named, symlinks=True)
+    return refused
 
 
 def test_prepare_train_evaluate_and_predict_open_nothing_through_a_link(assets: Assets, tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+import nibabel as nib
 import numpy as np
 import pytest
 from conftest import Assets, Workspace, check_case, run_distmis, write_msd
@@ -51,7 +52,19 @@ def test_a_dataset_of_the_older_format_is_refused_with_the_command_to_prepare_it
     assert "--overwrite --shape 16,16,16" in result.stderr, result.stderr
 
 
-@pytest.mark.parametrize("damage", ["truncated_chunk", "missing_array", "foreground_outside"])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "truncated_chunk",
+        "missing_array",
+        "foreground_outside",
+        "foreground_undeclared",
+        "label_shape",
+        "image_channels",
+        "label_dtype",
+        "val_case_shape",
+    ],
+)
 def test_each_damaged_case_is_named_before_training(assets: Assets, tmp_path: Path, damage: str) -> None:
     ws = Workspace(tmp_path, assets)
     prepared = ws.prepared()
@@ -63,17 +76,43 @@ def test_each_damaged_case_is_named_before_training(assets: Assets, tmp_path: Pa
     elif damage == "missing_array":
         image.unlink()
         token = image.name
-    else:
-        # a record that passes its checksum (rewritten consistently) but points outside the volume
+    elif damage.startswith("foreground"):
+        # a record that passes its checksum (rewritten consistently) but points outside the volume,
+        # or at a label value the dataset does not declare
         foreground = prepared / "cases" / f"{case}.foreground.npz"
-        np.savez(foreground, **{"1": np.array([[3, 4, 99]], np.int32)})
-        info = json.loads((prepared / "info.json").read_text())
-        entry = info["cases"][case]["files"]["foreground"]
-        entry.update(sha256=hashlib.sha256(foreground.read_bytes()).hexdigest(), bytes=foreground.stat().st_size)
-        (prepared / "info.json").write_text(json.dumps(info))
+        value, coords = ("1", [[3, 4, 99]]) if damage == "foreground_outside" else ("7", [[3, 4, 5]])
+        np.savez(foreground, **{value: np.array(coords, np.int32)})
+        _rewrite_checksum(prepared, case, "foreground")
         token = foreground.name
+    else:
+        # an array of another shape, channel count or dtype, its checksum kept consistent
+        if damage == "val_case_shape":
+            case = json.loads((prepared / "info.json").read_text())["splits"]["val"]["cases"][0]
+        kind = "image" if damage == "image_channels" else "label"
+        array = prepared / "cases" / f"{case}.{kind}.b2nd"
+        shape, dtype = {
+            "label_shape": ((16, 16, 15), np.uint8),
+            "val_case_shape": ((16, 16, 15), np.uint8),
+            "image_channels": ((16, 16, 16, 1), np.float32),
+            "label_dtype": ((16, 16, 16), np.float32),
+        }[damage]
+        import blosc2
+
+        array.unlink()
+        blosc2.asarray(np.zeros(shape, dtype), urlpath=str(array), mode="w")
+        _rewrite_checksum(prepared, case, kind)
+        token = array.name
     config = _train_config(ws, prepared)
     check_case(damage, "format", ws, ["train", str(config), "--out", "run"], token)
+
+
+def _rewrite_checksum(prepared: Path, case: str, kind: str) -> None:
+    """Make ``info.json`` agree with the file as it is now (a consistent but wrong record)."""
+    path = prepared / "cases" / f"{case}.{kind}.{'npz' if kind == 'foreground' else 'b2nd'}"
+    info = json.loads((prepared / "info.json").read_text())
+    entry = info["cases"][case]["files"][kind]
+    entry.update(sha256=hashlib.sha256(path.read_bytes()).hexdigest(), bytes=path.stat().st_size)
+    (prepared / "info.json").write_text(json.dumps(info))
 
 
 def _done_cases(partial: Path) -> list[Path]:
@@ -99,11 +138,17 @@ def test_a_killed_prepare_resumes_without_redoing_its_finished_cases(tmp_path: P
     kept = {p.name: p.stat().st_mtime_ns for p in (partial / "cases").glob("*.image.b2nd")}
     finished = [p.name.removesuffix(".done.json") for p in _done_cases(partial)]
     assert finished, "no case had finished when prepare was killed"
+    # a label fixed in the source after the kill: that case is made again, the others are kept
+    changed = finished[0]
+    label = raw / "labelsTr" / f"{changed}.nii.gz"
+    fixed = np.asarray(nib.load(label).dataobj).copy()
+    fixed[fixed == 2] = 1
+    nib.save(nib.Nifti1Image(fixed, np.eye(4)), label)
     resumed = subprocess.run([*argv, "--resume"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert not partial.exists()
     out = tmp_path / "out"
-    for case in finished:  # the cases it had finished were kept, not written again
+    for case in finished[1:]:  # the cases it had finished were kept, not written again
         name = f"{case}.image.b2nd"
         assert (out / "cases" / name).stat().st_mtime_ns == kept[name], case
     info = json.loads((out / "info.json").read_text())
@@ -112,9 +157,10 @@ def test_a_killed_prepare_resumes_without_redoing_its_finished_cases(tmp_path: P
     fresh = subprocess.run([*argv[:5], "fresh", *argv[6:]], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert fresh.returncode == 0, fresh.stderr[-3000:]
     again = json.loads((tmp_path / "fresh" / "info.json").read_text())
-    assert {c: r["files"]["image"]["sha256"] for c, r in info["cases"].items()} == {
-        c: r["files"]["image"]["sha256"] for c, r in again["cases"].items()
-    }
+    for kind in ("image", "label"):
+        assert {c: r["files"][kind]["sha256"] for c, r in info["cases"].items()} == {
+            c: r["files"][kind]["sha256"] for c, r in again["cases"].items()
+        }, kind
     assert info["fingerprint"] == again["fingerprint"]
 
 
@@ -127,3 +173,10 @@ def test_resume_with_other_options_is_refused(tmp_path: Path) -> None:
     errors = [line for line in result.stderr.splitlines() if line.startswith("distmis: error:")]
     assert result.returncode == 2 and len(errors) == 1 and "other options" in errors[0], result.stderr
     assert not (tmp_path / "out").exists() and partial.is_dir()
+
+
+def test_a_target_shape_larger_than_memory_is_refused_before_any_read(assets: Assets, tmp_path: Path) -> None:
+    ws = Workspace(tmp_path, assets)
+    raw = ws.raw()
+    argv = ["prepare", str(raw), "prepared", "--shape", "2048,2048,2048"]
+    check_case("prepare_shape_typo", "bounds", ws, argv, "shape 2048,2048,2048")

@@ -92,3 +92,36 @@ def test_evaluate_of_a_model_on_data_split_again_and_on_its_own_validation_cases
     _moved_seed(ws, prepared)
     argv = ["evaluate", str(model), str(prepared), "--split", "test", "--no-track", "--out", "scores"]
     check_case("evaluate_resplit", "splits", ws, argv, "are not those of the model")
+
+
+def test_finalize_without_splits_json_checks_the_trial_models_splits(assets: Assets, tmp_path: Path) -> None:
+    """Deleting ``splits.json`` does not skip the guard: the trials' models record the splits they
+    trained on, and data split again since is refused all the same."""
+    ws = Workspace(tmp_path, assets)
+    prepared = ws.prepared()
+    _space, run = _search(ws, prepared)
+    recorded = json.loads((run / "splits.json").read_text())
+    (run / "splits.json").unlink()
+    model = run / "trials" / "t0" / "best"
+    model.mkdir(parents=True)
+    (model / "preprocessing.json").write_text(json.dumps({"splits": recorded}))
+    _moved_seed(ws, prepared)
+    check_case("finalize_no_splits_json", "splits", ws, ["finalize", "run"], "are not those of the trial model")
+
+
+@pytest.mark.parametrize("where", ["twice", "two splits"])
+def test_prepared_splits_that_repeat_a_case_are_refused(assets: Assets, tmp_path: Path, where: str) -> None:
+    ws = Workspace(tmp_path, assets)
+    prepared = ws.prepared()
+    info = json.loads((prepared / "info.json").read_text())
+    case = info["splits"]["test"]["cases"][0]
+    target = info["splits"]["test"] if where == "twice" else info["splits"]["train"]
+    target["cases"].append(case)
+    target["num_cases"] += 1
+    (prepared / "info.json").write_text(json.dumps(info))
+    config = ws.file(
+        "train.yaml",
+        f"name: m\ndata: {{source: {prepared}}}\ntrain: {{epochs: 1, batch_size_per_replica: 1, "
+        "patch: [16, 16, 16]}\nmodel: {depth: 2, filters: 4, norm: none}\n",
+    )
+    check_case(f"splits_case_{where}", "splits", ws, ["train", str(config), "--out", "run"], repr(case))

@@ -139,3 +139,51 @@ def test_foreground_oversampling_in_the_training_pipeline(prepared16: Path) -> N
 
     assert share_with_foreground(1.0) == 1.0
     assert share_with_foreground(0.0) < 1.0  # uniform 4^3 crops of 16^3 volumes miss the tumour about 2 times in 3
+
+
+def test_a_case_damaged_in_place_with_its_mtime_restored_is_hashed_again(
+    prepared16: Path, tmp_path: Path, data_home: Path
+) -> None:
+    """The verification stamp holds the change time too, which no user tool sets back: bytes flipped
+    in place (same size, ``touch -r`` to the old mtime) are found by the next check."""
+    import os
+    import shutil
+
+    import pytest
+
+    from distmis.data import verify_cases
+    from distmis.exceptions import DataError
+
+    prepared = tmp_path / "prepared"
+    shutil.copytree(prepared16, prepared)
+    manifest = load_manifest(prepared)
+    verify_cases(manifest, "train")
+    case = manifest.cases("train")[0]
+    image = prepared / manifest.case_files()[case]["image"]["file"]
+    before = image.stat()
+    data = bytearray(image.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    image.write_bytes(bytes(data))
+    os.utime(image, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert image.stat().st_size == before.st_size and image.stat().st_mtime_ns == before.st_mtime_ns
+    with pytest.raises(DataError, match="sha256"):
+        verify_cases(load_manifest(prepared), "train")
+
+
+def test_an_error_raised_inside_the_input_pipeline_reaches_the_user_as_distmis_wrote_it() -> None:
+    import pytest
+
+    from distmis.data import pipeline_errors
+    from distmis.exceptions import DataError
+
+    def read(_: np.ndarray) -> np.ndarray:
+        raise DataError("/data/cases/A.image.b2nd: a chunk could not be read (bad header); prepare the dataset again")
+
+    ds = tf.data.Dataset.range(2).map(lambda i: tf.numpy_function(read, [i], tf.int64))
+    with pytest.raises(DataError) as caught, pipeline_errors():
+        list(ds)
+    assert str(caught.value) == (
+        "/data/cases/A.image.b2nd: a chunk could not be read (bad header); prepare the dataset again"
+    )
+    with pytest.raises(tf.errors.InvalidArgumentError), pipeline_errors():  # anything else is left as it is
+        tf.debugging.assert_equal(1, 2)

@@ -230,3 +230,25 @@ def test_cli_synth_prepare_visualize(tmp_path: Path) -> None:
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
     assert gif.read_bytes()[:6] in (b"GIF89a", b"GIF87a")
     assert main(["visualize", str(tmp_path / "prep"), "--case", "9", "--out", str(png)]) == 2
+
+
+def test_the_data_cache_notices_a_source_file_changed_in_place(msd16: Path, tmp_path: Path) -> None:
+    """A user who fixes a label in their MSD directory and trains again gets the fixed data: the
+    cache key holds each source file's size, modification time and inode."""
+    from distmis.config import DataConfig
+    from distmis.data import load_manifest, resolve_prepared
+
+    raw = tmp_path / "raw"
+    shutil.copytree(msd16, raw)
+    data = DataConfig(source=str(raw), cache_dir=str(tmp_path / "cache"), prepare={"shape": [16, 16, 16]})
+    first = resolve_prepared(data)
+    assert resolve_prepared(data) == first  # unchanged: served from the cache
+    label = sorted((raw / "labelsTr").glob("*.nii.gz"))[0]
+    fixed = np.asarray(nib.load(label).dataobj).copy()
+    fixed[: fixed.shape[0] // 2] = 0  # a mislabelled half cleared
+    nib.save(nib.Nifti1Image(fixed, nib.load(label).affine), label)
+    second = resolve_prepared(data)
+    assert second != first
+    case = label.name.removesuffix(".nii.gz")
+    files = [load_manifest(p).info["cases"][case]["files"]["label"]["sha256"] for p in (first, second)]
+    assert files[0] != files[1]

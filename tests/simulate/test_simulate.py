@@ -19,6 +19,7 @@ from distmis.config import load_config
 from distmis.simulate import (
     REPORT_SECONDS,
     Curve,
+    CurveError,
     NearestCurves,
     StartupCosts,
     cold_first_epoch_seconds,
@@ -816,6 +817,34 @@ def test_curves_come_straight_from_a_finished_search(prepared16: Path, tmp_path:
     out = tmp_path / "sim"
     rc = main(["simulate", str(replay), "--curves", str(search), "--workers", "2", "--seeds", "2", "--out", str(out)])
     assert rc == 0 and (out / "summary.json").is_file()
+    _damaged_copies_name_what_is_wrong(search, tmp_path)
+
+
+def _damaged_copies_name_what_is_wrong(search: Path, tmp_path: Path) -> None:
+    """A finished trial's metrics.csv deleted, results.csv cut short, trials stopped early by a
+    scheduler: each is named as what it is, not as a divergence, a 0 s cold start or a truncated curve."""
+    import json
+    import shutil
+
+    def copy(name: str) -> Path:
+        return Path(shutil.copytree(search, tmp_path / name, symlinks=True))
+
+    gone = copy("gone")
+    victim = sorted((gone / "trials").glob("*/metrics.csv"))[0]
+    victim.unlink()
+    with pytest.raises(CurveError, match="missing, though trial"):
+        curves_of_search(gone)
+    cut = copy("cut")
+    lines = (cut / "results.csv").read_text().splitlines(keepends=True)
+    (cut / "results.csv").write_text("".join(lines[:-1]))
+    with pytest.raises(CurveError, match="truncated file"):
+        curves_of_search(cut)
+    stopped = copy("stopped")
+    summary = json.loads((stopped / "summary.json").read_text())
+    summary["trials_detail"][0]["stopped_early"] = True
+    (stopped / "summary.json").write_text(json.dumps(summary))
+    with pytest.raises(CurveError, match="stopped early by its scheduler"):
+        curves_of_search(stopped)
 
 
 def test_validate_shows_what_the_sampler_does_at_each_scale(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -839,3 +868,55 @@ def test_validate_shows_what_the_sampler_does_at_each_scale(tmp_path: Path, caps
     search.write_text(yaml.safe_dump(doc))
     assert main(["validate", str(search), "--no-data"]) == 0
     assert "optuna (TPE after 32 random start-up trials)" in capsys.readouterr().out  # 9 rounds: TPE models
+
+
+def test_an_earlier_simulation_is_replaced_only_with_overwrite(
+    tmp_path: Path, table_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    search = _search(tmp_path, "random", "random", samples=4)
+    out = tmp_path / "o"
+    argv = ["simulate", str(search), "--curves", str(table_file), "--workers", "2", "--seeds", "1", "--out", str(out)]
+    assert main(argv) == 0
+    before = {p: _sha(p) for p in out.iterdir() if p.is_file()}
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--overwrite" in err[0] and str(out) in err[0], err
+    assert {p: _sha(p) for p in out.iterdir() if p.is_file()} == before
+    assert main([*argv, "--overwrite"]) == 0
+
+
+def test_a_simulation_estimated_past_the_bound_is_refused_before_any_work(
+    tmp_path: Path, table_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    search = _search(tmp_path, "random", "random")
+    out = tmp_path / "o"
+    argv = ["simulate", str(search), "--curves", str(table_file), "--workers", "2", "--out", str(out)]
+    assert main([*argv, "--samples", "1000000"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "hours to simulate" in err[0] and "--max-hours" in err[0], err
+    assert not out.exists()
+    assert main([*argv, "--samples", "4", "--seeds", "1", "--max-hours", "0"]) == 2
+    assert "--max-hours" in capsys.readouterr().err
+
+
+def test_a_best_not_yet_reported_and_a_target_never_reached_read_as_words() -> None:
+    """Nothing reported by 25 % of the horizon is "not yet", not ``inf`` (or ``-inf``)."""
+    from distmis.simulate import analyse, table_text
+
+    runs = {
+        "m": {
+            0: {
+                "events": [(50.0, 0.4), (90.0, 0.6)],
+                "intervals": [(0.0, 100.0)],
+                "epochs": 2,
+                "trials": 1,
+                "wall": 100.0,
+            }
+        }
+    }
+    table = analyse(runs, 0.9, 1.0, horizon=(100.0, "given"))
+    row = next(line for line in table_text(table, "val_dice").splitlines() if line.startswith("| m |"))
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert cells[2].startswith("never") and cells[4].startswith("not yet"), cells
+    assert cells[5].startswith("0.4000") and "inf" not in row, cells

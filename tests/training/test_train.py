@@ -159,3 +159,30 @@ def test_validation_runs_predicts_sliding_window_with_the_training_patch(prepare
     np.testing.assert_allclose(validated.numpy()[0], expected, atol=1e-5)
     whole = trainer.model(volume, training=False).numpy()[0]
     assert not np.allclose(whole, expected, atol=1e-3)  # not the whole volume through the network at once
+
+
+def test_weights_that_hold_a_nan_make_the_epoch_diverged_and_never_best(prepared16: Path, tmp_path: Path) -> None:
+    """A diverged network can keep a finite loss and Dice (ReLU turns NaN activations into a constant
+    prediction), so the epoch's row counts the weight arrays that are not finite, the divergence
+    check reads it first, and such weights are never written as best/."""
+    import numpy as np
+
+    from distmis.metrics import NONFINITE_WEIGHTS, divergence
+    from distmis.training import RunSession
+
+    run = tmp_path / "trial"
+    session = RunSession(_config(prepared16, epochs=3), prepared16, run)
+    first = session.step().as_dict()
+    assert first[NONFINITE_WEIGHTS] == 0 and divergence(first, "val_dice") is None
+    best_weights = (run / "best" / "weights.npz").read_bytes()
+    kernel = next(v for v in session.trainer.model.weights if "kernel" in v.path)
+    kernel.assign(np.full(kernel.shape, np.nan, dtype=np.asarray(kernel.numpy()).dtype))
+    second = session.step().as_dict()
+    assert second[NONFINITE_WEIGHTS] >= 1
+    assert (divergence(second, "val_dice") or "").startswith("diverged: ") and "weight array" in divergence(
+        second, "val_dice"
+    )
+    assert session.best is not None and int(session.best["epoch"]) == 1
+    assert (run / "best" / "weights.npz").read_bytes() == best_weights
+    rows = list(csv.DictReader(open(run / "metrics.csv")))
+    assert [float(r[NONFINITE_WEIGHTS]) > 0 for r in rows] == [False, True]
