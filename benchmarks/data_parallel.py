@@ -47,8 +47,6 @@ _, _, seconds = trainer.train_epoch()
 if trainer.worker_index == 0:
     with open(out, "w") as f:
         json.dump({"seconds": seconds, "steps": steps, "global_batch": trainer.global_batch}, f)
-from distmis.tensorflow_env import exit_without_teardown
-exit_without_teardown(0)  # the trainer's training iterator may have a patch read in flight
 """
 
 

@@ -99,6 +99,3 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    from distmis.tensorflow_env import exit_without_teardown
-
-    exit_without_teardown(0)  # the loader's and the trainer's training iterators may have patch reads in flight

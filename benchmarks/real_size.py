@@ -125,7 +125,7 @@ def probe_loader(prepared: str, threads: int, batches: int) -> dict[str, Any]:
     for _ in range(batches):
         next(it)
     rate = batches * 2 / (time.perf_counter() - start)
-    del it  # before the interpreter finalises: see the loader's note on patch reads in flight
+    del it  # its memory goes now (an iterator alive at exit is released then too)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {
         "threads": threads,

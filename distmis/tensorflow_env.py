@@ -106,10 +106,9 @@ def exit_without_teardown(code: int) -> NoReturn:
     """End this process with ``code`` now: logging shut down, the standard streams flushed, and no
     interpreter teardown.
 
-    Why: distmis's patch reads run in Python inside tf.data (``tf.numpy_function``). A training
-    iterator may still have one in flight when the process ends, and during finalisation that read
-    can never take the GIL again, so the iterator's destructor would wait for it forever. A process
-    that has built one (a command, a trainer's script) ends here once everything is written.
+    Why: the ``distmis`` command has written everything by then, and Python's own teardown frees
+    Ray's, MLflow's and matplotlib's modules one object at a time, which nobody needs to wait for.
+    (A tf.data iterator alive at exit no longer needs it: :func:`release_data_iterators`.)
     """
     if "logging" in sys.modules:
         import logging
@@ -119,6 +118,46 @@ def exit_without_teardown(code: int) -> NoReturn:
         with contextlib.suppress(OSError, ValueError):  # closed, or a reader that went away
             stream.flush()
     os._exit(code)
+
+
+def release_data_iterators() -> int:
+    """Destroy every live tf.data iterator now, while the interpreter can still run Python; returns
+    how many there were.
+
+    Why: distmis reads patches in Python inside tf.data (``tf.numpy_function``). An iterator still
+    alive when the interpreter finalises (a script's global, a notebook's variable) has reads in
+    flight or queued, which can never take the GIL again, so its destructor waits forever and the
+    script never ends. Run at exit (:func:`release_data_iterators_at_exit`), before finalisation:
+    each iterator's resource is dropped, TensorFlow cancels its pipeline and waits for the reads in
+    flight, which finish because the GIL is free to take. ``OwnedIterator._iterator_resource`` is
+    TensorFlow's own attribute, used here and nowhere else.
+    """
+    import gc
+
+    if "tensorflow" not in sys.modules:
+        return 0
+    tf = sys.modules["tensorflow"]
+    released = 0
+    for obj in gc.get_objects():
+        if isinstance(obj, tf.data.Iterator) and getattr(obj, "_iterator_resource", None) is not None:
+            with contextlib.suppress(Exception):  # an iterator half made or already gone: nothing to free
+                obj._iterator_resource = None
+                released += 1
+    gc.collect()
+    return released
+
+
+_RELEASE_REGISTERED = False
+
+
+def release_data_iterators_at_exit() -> None:
+    """Register :func:`release_data_iterators` to run at interpreter exit (once per process)."""
+    global _RELEASE_REGISTERED
+    if not _RELEASE_REGISTERED:
+        import atexit
+
+        atexit.register(release_data_iterators)
+        _RELEASE_REGISTERED = True
 
 
 def import_tensorflow() -> Any:

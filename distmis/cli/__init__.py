@@ -121,8 +121,7 @@ def entrypoint() -> None:
 
     Why: once everything is written and every exit handler has run, Python's own teardown
     frees Ray's, MLflow's, pandas's and matplotlib's modules one object at a time, which the
-    user waits for and nothing needs; and a patch read still in flight in a tf.data thread
-    could hang it (see ``distmis.data.make_dataset``). The handler registered here is the first, so it
+    user waits for and nothing needs. The handler registered here is the first, so it
     runs last: Ray has stopped, the private token is removed, logs are flushed, non-daemon
     threads have ended (Python joins them before any exit handler); then the process ends with
     :func:`main`'s code. A call that raises is left to Python's usual exit.

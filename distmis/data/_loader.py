@@ -275,11 +275,10 @@ def make_dataset(
             foreground: nnU-Net's pseudo-Dice, for volumes whose sliding window costs more than
             the epoch's training.
 
-    Patches are read by Python (``tf.numpy_function``): drop an iterator of a training pipeline
-    before the interpreter finalises (``del it``), or end the process with
-    :func:`distmis.tensorflow_env.exit_without_teardown`, as distmis's commands do. A read still in
-    flight during finalisation can never take the GIL again, and the iterator's destructor would
-    wait for it forever.
+    Patches are read by Python (``tf.numpy_function``). A script may end with an iterator still
+    alive: the iterators are released at exit, before the interpreter finalises
+    (:func:`distmis.tensorflow_env.release_data_iterators`), so no read is left waiting for a GIL
+    it can never take again.
     """
     import tensorflow as tf
 
@@ -290,7 +289,7 @@ def make_dataset(
     if training and len(cases) < num_shards:
         raise DataError(f"split {split!r} has {len(cases)} cases, fewer than the {num_shards} workers reading it")
     verify_cases(manifest, split)
-    _limit_codec_threads()
+    _prepare_readers()
     # With a thread budget, work in flight is bounded by it too: AUTOTUNE ramps parallel calls
     # (and prefetch) far past one thread's pace, and dropping such an iterator - every trial
     # does - waits for all of that queued work
@@ -336,14 +335,14 @@ def _training_pipeline(
     indices = tf.data.Dataset.range(len(local)).shuffle(len(local), seed=seed, reshuffle_each_iteration=True)
     # one independent seed per element: reproducible and parallel-safe
     seeds = tf.data.Dataset.random(seed=seed + 7919 * (shard_index + 1)).batch(2)
-    augmented = _augment_map(augment_config)
+    augmented, moved = _augment_map(augment_config), _spatial_map(augment_config)
 
     def read(index: tf.Tensor, s: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         s = tf.cast(s % (2**31 - 1), tf.int32)
         image, label = tf.numpy_function(sampler, [index, s[0]], (tf.float32, tf.uint8), stateful=False)
         image = tf.ensure_shape(image, [*size, manifest.channels])
-        label = to_channels(tf.ensure_shape(label, list(size)))
-        return (*augmented(image, label, s), tf.constant(1.0))
+        image, label = moved(image, tf.ensure_shape(label, list(size)), s)  # on label values: nearest
+        return (*augmented(image, to_channels(label), s), tf.constant(1.0))
 
     ds = tf.data.Dataset.zip(indices.repeat(), seeds).map(read, num_parallel_calls=parallel)
     return ds.batch(batch_size, drop_remainder=True)
@@ -425,11 +424,16 @@ def _patch_evaluation_pipeline(
     return ds.batch(batch_size, drop_remainder=pad_to_batches is not None)
 
 
-def _limit_codec_threads() -> None:
-    """Blosc2 decompresses with every core by default; here the parallelism is tf.data's, within the trial's CPUs."""
+def _prepare_readers() -> None:
+    """Blosc2 decompresses with every core by default; here the parallelism is tf.data's, within the
+    trial's CPUs. And a script that ends with an iterator alive must end, not hang: the iterators
+    are released at exit, before Blosc2's own exit hook (registered when it was imported) runs."""
     import blosc2
 
+    from distmis.tensorflow_env import release_data_iterators_at_exit
+
     blosc2.set_nthreads(1)
+    release_data_iterators_at_exit()
 
 
 def _augment_map(augment_config: Any) -> Callable[[tf.Tensor, tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]]:
@@ -439,7 +443,25 @@ def _augment_map(augment_config: Any) -> Callable[[tf.Tensor, tf.Tensor, tf.Tens
         if augment_config is None:
             return image, label
         a = augment_config
-        return augment(image, label, s + 1, flip=a.flip, intensity=a.intensity, noise=a.noise)
+        image, label = augment(image, label, s + 1, flip=a.flip, intensity=a.intensity, noise=a.noise)
+        if getattr(a, "nnunet_intensity", 0) > 0:
+            from distmis.data._augment import intensity
+
+            image = intensity(image, s + 3, strength=a.nnunet_intensity)
+        return image, label
+
+    return apply
+
+
+def _spatial_map(augment_config: Any) -> Callable[[tf.Tensor, tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]]:
+    """(patch, label values, element seed) -> rotated and scaled as ``train.augment`` says (nnU-Net's)."""
+    a = augment_config
+    if a is None or (getattr(a, "rotation", 0) <= 0 and tuple(getattr(a, "scale", (1.0, 1.0))) == (1.0, 1.0)):
+        return lambda image, label, s: (image, label)
+    from distmis.data._augment import spatial
+
+    def apply(image: tf.Tensor, label: tf.Tensor, s: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        return spatial(image, label, s + 2, rotation_degrees=a.rotation, scale=tuple(a.scale))
 
     return apply
 

@@ -115,6 +115,29 @@ def test_a_directory_link_inside_a_search(assets: Assets, tmp_path: Path, linked
     check_case(f"{linked}_directory_link", "links", ws, argv, f"run/{linked}")
 
 
+@pytest.mark.parametrize("linked", ["checkpoint", "best"])
+def test_a_directory_link_inside_a_training_run(assets: Assets, tmp_path: Path, linked: str) -> None:
+    """``train --resume`` of a run whose ``checkpoint/`` or ``best/`` became a link to a copy
+    elsewhere: refused before anything is written, the copy untouched."""
+    ws = Workspace(tmp_path, assets)
+    prepared = ws.prepared()
+    config = ws.file(
+        "train.yaml",
+        f"name: m\ndata: {{source: {prepared}}}\ntrain: {{epochs: 1, batch_size_per_replica: 1, "
+        "patch: [16, 16, 16]}\nmodel: {depth: 2, filters: 4, norm: none}\n",
+    )
+    first = run_distmis(
+        ["train", str(config), "--out", "run"], cwd=ws.dir, env={"DISTMIS_DATA_HOME": str(tmp_path / "c")}
+    )
+    assert first.returncode == 0, first.stderr[-2000:]
+    elsewhere = ws.dir / "elsewhere"
+    shutil.copytree(ws.dir / "run" / linked, elsewhere)
+    shutil.rmtree(ws.dir / "run" / linked)
+    (ws.dir / "run" / linked).symlink_to(elsewhere, target_is_directory=True)
+    argv = ["train", str(config), "--out", "run", "--resume", "--epochs", "2"]
+    check_case(f"train_{linked}_directory_link", "links", ws, argv, f"run/{linked}")
+
+
 def test_train_into_a_directory_whose_lock_is_a_link(assets: Assets, tmp_path: Path) -> None:
     ws = Workspace(tmp_path, assets)
     prepared = ws.prepared()

@@ -36,8 +36,6 @@ plain, classes = trainer.evaluate()  # the same seeded weights on both worker co
 if trainer.worker_index == 0:
     with open(out, "w") as f:
         json.dump({**plain, **classes}, f)
-from distmis.tensorflow_env import exit_without_teardown
-exit_without_teardown(0)  # the trainer's training iterator may have a patch read in flight
 """
 
 

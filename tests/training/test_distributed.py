@@ -50,8 +50,6 @@ if trainer.worker_index == 0:
     np.savez(out, *before, *after)
     with open(out + ".json", "w") as f:
         json.dump({"loss": loss, "replicas": trainer.replicas, "global_batch": trainer.global_batch}, f)
-from distmis.tensorflow_env import exit_without_teardown
-exit_without_teardown(0)  # the trainer's training iterator may have a patch read in flight
 """
 
 
