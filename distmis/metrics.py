@@ -150,12 +150,11 @@ def divergence(row: dict[str, Any], metric: str) -> str | None:
     A diverged network predicts nothing useful, yet its Dice can still be a number (0, or the score
     of marking every voxel foreground), so a search would rank it and a finalize ensemble it.
     """
+    epoch = row.get("epoch", "?")
     broken = row.get(NONFINITE_WEIGHTS)
-    if broken is not None and not _is_zero(broken):
-        return (
-            f"{DIVERGED}: {float(broken):g} weight array(s) hold NaN or infinity at epoch {row.get('epoch', '?')}, "
-            "though the loss may look finite (try a lower learning rate)"
-        )
+    weights = (
+        f"{float(broken):g} weight array(s) hold NaN or infinity" if broken is not None and not _is_zero(broken) else ""
+    )
     for name in dict.fromkeys((LOSS, VAL_LOSS, metric)):
         value = row.get(name)
         if value is None:
@@ -165,7 +164,10 @@ def divergence(row: dict[str, Any], metric: str) -> str | None:
         except (TypeError, ValueError):
             continue
         if not math.isfinite(number):
-            return f"{DIVERGED}: {name} is {number} at epoch {row.get('epoch', '?')} (try a lower learning rate)"
+            also = f"; {weights}" if weights else ""
+            return f"{DIVERGED}: {name} is {number} at epoch {epoch}{also} (try a lower learning rate)"
+    if weights:  # the loss and the metric look finite: a dead network behind a ReLU predicts a constant
+        return f"{DIVERGED}: {weights} at epoch {epoch}, though the loss looks finite (try a lower learning rate)"
     return None
 
 
