@@ -11,6 +11,7 @@ machine the search will run on). Search the file with `distmis tune FILE`.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 from collections.abc import Callable
@@ -128,14 +129,13 @@ def run(args: argparse.Namespace) -> int:
         _check(tmp, out, ConfigError)
     for warning in fp["warnings"]:
         print(f"distmis: warning: {warning}")
-    print(f"wrote {out}: {fp['dataset']}, {fp['cases']} cases; search it with: distmis tune {out}")
+    name = json.dumps(str(fp["dataset"]), ensure_ascii=True)  # the dataset's text, on one line whatever it holds
+    print(f"wrote {out}: {name}, {fp['cases']} cases; search it with: distmis tune {out}")
     return 0
 
 
 def _yaml_string(value: str) -> str:
     """A path as a YAML scalar that reads back unchanged whatever it holds (``#``, ``:``, spaces)."""
-    import json
-
     return json.dumps(value)
 
 
