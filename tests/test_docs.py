@@ -92,3 +92,29 @@ def test_no_page_repeats_a_heading() -> None:
             elif heading:
                 seen.add(heading.group(1).strip())
     assert repeated == []
+
+
+#: the pages that record measurements, each with the date it was made; every other page is usage
+DATED_PAGES = {"benchmarks.md"}
+
+
+def test_usage_pages_carry_no_calendar_dates() -> None:
+    """A date on a usage page is a measurement that belongs in docs/benchmarks.md, where each
+    section names its date and command; a usage page read next year must not read as a diary."""
+    dated = []
+    for page in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        if page.name in DATED_PAGES:
+            continue
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+            if re.search(r"\b20\d\d-[01]\d-[0-3]\d\b", line):
+                dated.append(f"{page.name}:{number}: {line.strip()}")
+    assert dated == []
+
+
+def test_the_simulate_page_is_a_usage_page() -> None:
+    """What it simulates, how to run it, how to read it, its fidelity in one table and its limits:
+    the studies behind them are in docs/benchmarks.md."""
+    text = (REPO / "docs" / "simulate.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 300
+    for heading in ("## Reading the table", "## Fidelity", "## Limits", "## Simulating your own cluster"):
+        assert heading in text.splitlines()
