@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from distmis.simulate import fmt_stat, quartiles  # the figures every benchmark reports, one definition
+from distmis.simulate.study import fmt_stat, quartiles  # the figures every benchmark reports, one definition
 
 REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # this process prepares data with TensorFlow

@@ -12,7 +12,7 @@ first epoch and the others apart, and how far the search metric moved. Two machi
 differ; this says by how much, when the values are the same.
 
 With ``--real`` it also prints the seconds the real trials spent between two epochs (checkpoint,
-report), architecture by architecture: what ``distmis.simulate.REPORT_SECONDS`` (the engine's
+report), architecture by architecture: what ``distmis.simulate.study.REPORT_SECONDS`` (the engine's
 figure for tables that did not record them) was measured by.
 
 ``--write OUT`` writes a copy of the table on the real searches' clock: the first epoch (which
@@ -35,18 +35,9 @@ import statistics
 from pathlib import Path
 
 from distmis.schema import RunFile
-from distmis.simulate import (
-    COST_PARAMS,
-    REPORT_SECONDS,
-    Clock,
-    Curve,
-    architecture,
-    curve_ratios,
-    curves_of_search,
-    read_curves,
-    write_table,
-)
-from distmis.simulate import later_epoch_seconds as epoch_seconds
+from distmis.simulate import Curve, curves_of_search, read_curves, write_table
+from distmis.simulate.study import COST_PARAMS, REPORT_SECONDS, Clock, architecture, curve_ratios
+from distmis.simulate.study import later_epoch_seconds as epoch_seconds
 
 
 def again(table_path: str, recording: Path, metric: str) -> None:

@@ -60,7 +60,7 @@ def main() -> None:
              "--split", "0.75,0.25,0", "--normalization", scheme],
             check=True, capture_output=True,
         )  # fmt: skip
-        spec = load_manifest(prepared).info["preprocessing"]["channel_normalisation"]
+        spec = load_manifest(prepared).info.preprocessing.normalisation_spec
         out = normalize(image[..., None], spec)[..., 0]
         print(f"{scheme:14s}" + "".join(f"{float(out[m].mean()):>16.3f}" for m in regions.values()) + f"   {spec[0]}")
         config = work / f"train-{scheme}.yaml"

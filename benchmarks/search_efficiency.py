@@ -47,7 +47,8 @@ import yaml
 from benchlib import REPO, TASK_FILES, prepare_task, run_tune
 
 from distmis.schema import RunFile
-from distmis.simulate import analyse, finite_json, plot, table_text
+from distmis.simulate import analyse
+from distmis.simulate.study import finite_json, plot, table_text
 
 #: the default target of the search metric per task
 TARGETS = {"quickstart": 0.93, "mni152": 0.85, "anatomy32": 0.80}

@@ -62,23 +62,17 @@ from search_efficiency import search_doc
 from distmis.config import ExperimentConfig
 from distmis.files import write_text_atomic
 from distmis.schema import RunFile
-from distmis.simulate import (
+from distmis.simulate import Curve, CurveTable, SearchRun, StartupCosts, analyse, read_table, simulate_search
+from distmis.simulate.study import (
     DRIVER_SECONDS_PER_RESULT,
     DRIVER_SECONDS_PER_TRIAL,
-    Curve,
-    CurveTable,
     LeaveOneOut,
     NearestCurves,
-    SearchRun,
-    StartupCosts,
-    analyse,
     architecture,
     finite_json,
     fmt_stat,
     plot,
     quartiles,
-    read_table,
-    simulate_search,
     time_to,
     typed_for,
 )

@@ -43,21 +43,8 @@ from search_efficiency import TARGETS, read_search, run_dir, run_dirs, search_do
 
 from distmis.config import ExperimentConfig
 from distmis.files import write_text_atomic
-from distmis.simulate import (
-    CurveError,
-    CurveTable,
-    NearestCurves,
-    StartupCosts,
-    analyse,
-    finite_json,
-    fmt_stat,
-    on_clock,
-    read_curves,
-    read_tables,
-    simulate_search,
-    time_to,
-    typed_for,
-)
+from distmis.simulate import CurveError, CurveTable, StartupCosts, analyse, read_curves, simulate_search
+from distmis.simulate.study import NearestCurves, finite_json, fmt_stat, on_clock, read_tables, time_to, typed_for
 
 METHODS = ("grid", "random", "default")
 

@@ -4,7 +4,7 @@ Every result of every trial goes through one driver process: Ray Tune's bookkeep
 registration, then distmis's callbacks (the MLflow child runs, the live progress view). A trial
 waits in ``report`` until the driver has dealt with it, so at many trials with short epochs the
 results queue. ``distmis simulate`` charges this work to its virtual driver
-(``distmis.simulate.DRIVER_SECONDS_PER_RESULT`` and ``..._PER_TRIAL``); this script measures it.
+(``distmis.simulate.study.DRIVER_SECONDS_PER_RESULT`` and ``..._PER_TRIAL``); this script measures it.
 
 Each run is K trials at once of N trials in all, E epochs each of S seconds that only sleep, then
 checkpoint and report as a distmis trial does, through distmis's Tune settings
@@ -247,7 +247,8 @@ def replay(run: Measured, report: float, per_result: float, per_trial: float) ->
     epoch; with equal epochs, a gap is the next epoch's end less an epoch, less this one's end.
     """
     from distmis.config import ExperimentConfig
-    from distmis.simulate import Curve, CurveTable, NearestCurves, StartupCosts, simulate_search, typed_for
+    from distmis.simulate import Curve, CurveTable, StartupCosts, simulate_search
+    from distmis.simulate.study import NearestCurves, typed_for
 
     doc = {
         "name": "driver-load",

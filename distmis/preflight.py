@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from distmis.config import ExperimentConfig, apply_params, resolve_param_name
+from distmis.documents import format_field, validation_problems
 from distmis.exceptions import ConfigError, DistmisError
 from distmis.metrics import SEARCH_METRICS, better_direction
 from distmis.schema import RunFile
@@ -53,10 +54,10 @@ class DataFacts:
 
 
 def _refusal(exc: Exception) -> str:
+    """Why the configuration refuses a value, worded as every document's errors are."""
     if isinstance(exc, ValidationError):
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"] if not (isinstance(p, str) and "[" in p))
-        return f"{loc + ': ' if loc else ''}{err['msg'].removeprefix('Value error, ')}"
+        (loc, msg), *_ = validation_problems(exc)
+        return f"{format_field(loc)}: {msg}" if loc else msg
     return str(exc)
 
 

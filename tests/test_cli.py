@@ -92,34 +92,6 @@ def test_cluster_without_command_is_an_error(capsys: pytest.CaptureFixture[str])
     assert main(["cluster", "sbatch", "--nodes", "0", "--", "true"]) == 2
 
 
-@pytest.mark.parametrize(
-    ("command", "old", "new", "dest"),
-    [("prepare", "--workers", "--processes", "processes"), ("inspect", "--workers", "--processes", "processes"),
-     ("compare", "--workers", "--slots", "slots")],
-)  # fmt: skip
-def test_renamed_options_keep_the_old_spelling_for_a_release(
-    command: str, old: str, new: str, dest: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """--workers keeps its Ray meaning (predict, evaluate); elsewhere it is renamed, and the old
-    spelling still works, hidden from --help, with one deprecation line."""
-    from distmis.cli import build_parser
-
-    parser = build_parser()
-    positional = {"prepare": ["src", "out"], "inspect": ["src"], "compare": ["space.yaml"]}[command]
-    args = parser.parse_args([command, *positional, old, "3"])
-    assert getattr(args, dest) == 3
-    err = capsys.readouterr().err
-    assert f"{old} is renamed {new}" in err and err.count("\n") == 1
-    args = parser.parse_args([command, *positional, new, "5"])
-    assert getattr(args, dest) == 5 and capsys.readouterr().err == ""
-    assert main([command, "--help"]) == 0
-    text = capsys.readouterr().out
-    assert new in text and old not in text
-    for ray_command in ("predict", "evaluate"):  # the Ray meaning stays
-        assert main([ray_command, "--help"]) == 0
-        assert "--workers" in capsys.readouterr().out
-
-
 def test_the_command_ends_with_mains_exit_code_and_all_its_output(tmp_path: Path) -> None:
     # the command skips the interpreter's teardown at exit: what it printed to a pipe (block
     # buffered) must still arrive whole, and its exit code must be main()'s

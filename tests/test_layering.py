@@ -37,3 +37,54 @@ def test_every_room_is_on_a_floor() -> None:
     rooms = {r for r in rooms if not r.startswith(".") and r not in ("py.typed", "resources")}
     floors = {room for floor in layering.LAYERS for room in floor}
     assert rooms - floors == set(), "add new modules to tests/_support/layering.py LAYERS"
+
+
+def test_the_simulate_package_exports_what_a_user_needs() -> None:
+    """``distmis.simulate`` is for the CLI and a user's script; what studies the simulator itself
+    (its surrogate, clock and constants) is in ``distmis.simulate.study``."""
+    import distmis.simulate
+    import distmis.simulate.study
+
+    assert len(distmis.simulate.__all__) <= 12
+    assert not set(distmis.simulate.__all__) & set(distmis.simulate.study.__all__)
+    for name in distmis.simulate.__all__ + distmis.simulate.study.__all__:
+        assert not name.startswith("_")
+
+
+def test_the_product_never_imports_the_benchmarks() -> None:
+    import re
+
+    hits = [
+        f"{path}:{number}"
+        for path in layering.python_files(layering.PACKAGE)
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if re.match(r"\s*(from|import)\s+(benchmarks|benchlib)\b", line)
+    ]
+    assert hits == []
+
+
+def test_mlflow_is_written_by_the_tracking_package_only() -> None:
+    """One owner for MLflow: every run goes through its outage queue, and its API is spelt once."""
+    import re
+
+    hits = [
+        f"{path}:{number}"
+        for path in layering.python_files(layering.PACKAGE)
+        if "tracking" not in path.relative_to(layering.REPO / layering.PACKAGE).parts[:1]
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if re.match(r"\s*(from|import)\s+mlflow\b", line)
+    ]
+    assert hits == []
+
+
+def test_the_prepared_and_model_records_are_read_as_attributes() -> None:
+    """``info.json`` and ``preprocessing.json`` are typed records: a string key is a typo mypy cannot see."""
+    import re
+
+    hits = [
+        f"{path}:{number}: {line.strip()}"
+        for path in layering.python_files(layering.PACKAGE)
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if re.search(r"(info|preprocessing|manifest)\[\"", line)
+    ]
+    assert hits == []

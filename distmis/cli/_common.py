@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 
 
 def shape3(text: str) -> tuple[int, int, int]:
@@ -47,7 +46,7 @@ def _integer(text: str, minimum: int, what: str) -> int:
 
 
 def positive_int(text: str) -> int:
-    """An integer >= 1 (counts: workers, shards, cases)."""
+    """An integer >= 1 (counts: workers, processes, cases)."""
     return _integer(text, 1, "an integer >= 1")
 
 
@@ -161,33 +160,3 @@ class ConfigKeysHelp(argparse.HelpFormatter):
 
         keys = "\n".join(config_reference())
         return f"{super().format_help()}\nconfiguration file keys (values, default):\n{keys}\n"
-
-
-def add_renamed_option(
-    parser: argparse.ArgumentParser, old: str, new: str, *, type: Callable[[str], object], help: str
-) -> None:
-    """``new`` with ``old`` still accepted (hidden from ``--help``) for one release, with a deprecation line.
-
-    ``--workers`` meant processes, Ray actors or worker slots depending on the command; it keeps
-    its Ray meaning (``predict``, ``evaluate``) and the others got names that say what they are.
-    """
-    dest = new.lstrip("-").replace("-", "_")
-    command = parser.prog
-
-    class Renamed(argparse.Action):
-        def __call__(
-            self,
-            parser: argparse.ArgumentParser,
-            namespace: argparse.Namespace,
-            values: object,
-            option: str | None = None,
-        ) -> None:
-            import sys
-
-            print(
-                f"distmis: warning: {command} {old} is renamed {new}; {old} goes in the next release", file=sys.stderr
-            )
-            setattr(namespace, dest, values)
-
-    parser.add_argument(new, type=type, default=None, dest=dest, help=help)
-    parser.add_argument(old, type=type, dest=dest, action=Renamed, help=argparse.SUPPRESS)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 
 from distmis.cli._common import (
-    add_renamed_option,
     finite_float,
     nonnegative_float,
     nonnegative_int,
@@ -29,11 +28,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--budget", type=positive_int, default=None, help="configurations per mode (default search.num_samples)"
     )
-    add_renamed_option(
-        p,
-        "--workers",
+    p.add_argument(
         "--slots",
         type=positive_int,
+        default=None,
         help="k worker slots every mode gets (default: CPUs of the cluster or machine / --cpus-per-worker)",
     )
     p.add_argument(

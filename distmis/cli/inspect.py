@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from distmis.cli._common import add_renamed_option, positive_float, positive_int
+from distmis.cli._common import positive_float, positive_int
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -25,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--depth", type=positive_int, default=3, help="U-Net depth the suggestion assumes (default 3)")
     p.add_argument("--filters", type=positive_int, default=8, help="U-Net base filters the suggestion assumes")
     p.add_argument("--batch", type=positive_int, default=2, help="batch per replica the suggestion assumes")
-    add_renamed_option(p, "--workers", "--processes", type=positive_int, help="parallel processes (default: all cores)")
+    p.add_argument("--processes", type=positive_int, default=None, help="parallel processes (default: all cores)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -40,8 +40,8 @@ def run(args: argparse.Namespace) -> int:
     options.resolved_patch(record)
     jobs = plan_jobs(Path(args.input), Path(args.out), model_dir=Path(args.model), overwrite=args.overwrite)
     print(
-        f"model: {args.model} ({record.preprocessing['label_mode']}, {record.channels} channels, "
-        f"resize {record.preprocessing['resize']}); {len(jobs)} case(s)"
+        f"model: {args.model} ({record.preprocessing.label_mode}, {record.channels} channels, "
+        f"resize {record.preprocessing.resize}); {len(jobs)} case(s)"
     )
     out = Path(args.out)
     parents = make_parents(out.parent if str(out.parent) else Path())  # the lock file lives beside --out

@@ -8,10 +8,9 @@ and renamed into place, so a failed or interrupted run leaves no OUT behind.
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from distmis.cli._common import (
-    add_renamed_option,
     fractions3,
     nonnegative_int,
     normalization_option,
@@ -22,6 +21,9 @@ from distmis.cli._common import (
 from distmis.config import PrepareConfig
 from distmis.console import progress_bar as progress
 from distmis.exitcodes import KEYBOARD_INTERRUPT
+
+if TYPE_CHECKING:
+    from distmis.data import PreparedInfo
 
 #: the options that are ``data.prepare``'s fields (the others say where and how to run)
 _OPTION_FIELDS = ("shape", "resize", "label_mode", "split", "seed", "normalization")
@@ -61,10 +63,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--split", type=fractions3, default=None, help=f"train,val,test fractions (default {_default('split', ',')})"
     )
-    # every case is its own file now; the option stays so that older scripts still run
-    p.add_argument("--shards", type=positive_int, default=4, help=argparse.SUPPRESS)
     p.add_argument("--seed", type=nonnegative_int, default=None, help=f"split seed (default {_default('seed')})")
-    add_renamed_option(p, "--workers", "--processes", type=positive_int, help="parallel processes (default: all cores)")
+    p.add_argument("--processes", type=positive_int, default=None, help="parallel processes (default: all cores)")
     p.add_argument(
         "--normalization",
         type=normalization_option,
@@ -84,7 +84,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         with progress("preparing cases") as update:
-            manifest = _prepare(args, update)
+            info = _prepare(args, update)
     except KeyboardInterrupt:
         import shlex
         import sys
@@ -94,9 +94,9 @@ def run(args: argparse.Namespace) -> int:
         return KEYBOARD_INTERRUPT
     from distmis.data import describe_normalisation
 
-    counts = ", ".join(f"{k} {v['num_cases']}" for k, v in manifest["splits"].items())
-    print(f"prepared {manifest['source']['name']} -> {args.out} ({counts}; shape {manifest['shape']})")
-    for line in describe_normalisation(manifest["preprocessing"]["channel_normalisation"], manifest["modalities"]):
+    counts = ", ".join(f"{name} {split.num_cases}" for name, split in info.splits.items())
+    print(f"prepared {info.source.name} -> {args.out} ({counts}; shape {list(info.shape)})")
+    for line in describe_normalisation(info.preprocessing.normalisation_spec, info.modalities):
         print(f"  normalisation {line}")
     return 0
 
@@ -117,7 +117,7 @@ def prepare_options(args: argparse.Namespace) -> PrepareConfig:
         raise ConfigError(f"--{str(loc[0]).replace('_', '-') if loc else 'prepare'}: {msg}") from None
 
 
-def _prepare(args: argparse.Namespace, update: Any) -> dict[str, Any]:
+def _prepare(args: argparse.Namespace, update: Any) -> PreparedInfo:
     from distmis.data import prepare_dataset
 
     return prepare_dataset(

@@ -43,7 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "epochs, later epochs and start-ups are each divided by their median ratio to these (epochs matched "
         "by architecture: filters, depth, batch size, norm; each --curves by its own ratios), and the seconds a trial reports between two "
         "epochs are theirs; default: the curves' own seconds (where they recorded none between two epochs, "
-        "distmis's measured distmis.simulate.REPORT_SECONDS, printed in the output's header)",
+        "distmis's measured default, printed in the output's header)",
     )
     p.add_argument(
         "--driver-seconds",
@@ -52,8 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar=("PER_RESULT", "PER_TRIAL"),
         help="the Tune driver's own work per result and per trial, which queues at many trials with short "
-        "epochs (default: as measured by benchmarks/tune_driver_load.py, "
-        "distmis.simulate.DRIVER_SECONDS_PER_RESULT and ..._PER_TRIAL, printed in the output's header; "
+        "epochs (default: distmis's measured figures for a Tune driver, printed in the output's header; "
         "0 0 leaves it out)",
     )
     p.add_argument("--out", default=None, help="output directory (default runs/simulate-<first file's name>)")

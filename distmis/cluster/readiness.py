@@ -20,11 +20,11 @@ def registered_nodes(nodes_dir: Path, restart: int) -> dict[str, dict[str, Any]]
     registered = {}
     for path in nodes_dir.glob("*.json"):
         try:
-            info = json.loads(path.read_text())
+            registration = json.loads(path.read_text())
         except ValueError:
             continue  # a registration being written
-        if info.get("restart") == restart:
-            registered[info["node"]] = info
+        if registration.get("restart") == restart:
+            registered[registration["node"]] = registration
     return registered
 
 

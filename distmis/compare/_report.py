@@ -279,7 +279,7 @@ def write_reports(
     stats: list[ModeStats],
     target: float | None,
     metric: str,
-    info: dict[str, Any],
+    setup: dict[str, Any],
     plots: list[Path],
 ) -> tuple[Path, Path]:
     from distmis.reports import write_report
@@ -287,19 +287,19 @@ def write_reports(
     rows = table_rows(stats)
     scaling = {s.mode: f"{s.scaling} scaling, global batch {s.global_batch}, lr scaling {s.lr_scaling}" for s in stats}
     notes = [
-        f"Same resources in every mode: {info['slots']} worker slots of {info['cpus_per_worker']:g} CPU / "
-        f"{info['gpus_per_worker']:g} GPU. Same configurations: {info['budget']} fixed in advance "
-        f"({'identical in every mode: yes' if info['same_configurations'] else 'NOT identical: see comparison.json'}).",
-        f"Baseline: the first {info['baseline_trials']} configuration(s), one at a time on one worker. Speed-up = "
+        f"Same resources in every mode: {setup['slots']} worker slots of {setup['cpus_per_worker']:g} CPU / "
+        f"{setup['gpus_per_worker']:g} GPU. Same configurations: {setup['budget']} fixed in advance "
+        f"({'identical in every mode: yes' if setup['same_configurations'] else 'NOT identical: see comparison.json'}).",
+        f"Baseline: the first {setup['baseline_trials']} configuration(s), one at a time on one worker. Speed-up = "
         "estimated sequential time for the same training samples / the mode's wall time (see comparison.json: "
         "sequential_estimate_seconds); efficiency = speed-up / slots.",
-        f"Target {metric}: {_fmt(target, '.4f')} ({info['target_source']}).",
+        f"Target {metric}: {_fmt(target, '.4f')} ({setup['target_source']}).",
         *(
             [
                 "Slots share cores here (cpus_per_worker < 1): the baseline's single worker ran alone and had a whole "
                 "core, so speed-ups over it are understated on this host."
             ]
-            if info["cpus_per_worker"] < 1
+            if setup["cpus_per_worker"] < 1
             else []
         ),
         "Start-up is counted apart from the trials: every mode keeps its slots warm (one process per "

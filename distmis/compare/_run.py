@@ -37,15 +37,13 @@ from distmis.compare._plan import MODES, ModePlan, fixed_points, mode_config, pl
 from distmis.compare._records import ModeRecord, load_mode_dir
 from distmis.compare._report import make_plots, write_reports
 from distmis.config import ExperimentConfig, load_config
-from distmis.exceptions import TrackingError, TuningError
+from distmis.exceptions import TuningError
 from distmis.files import OutputClaim, check_location, check_output, open_nofollow, write_json_atomic, write_text_atomic
 from distmis.preflight import preflight
-from distmis.redact import redact, redact_uri
+from distmis.redact import redact_uri
 from distmis.schema import RunFile, Tag
 from distmis.tensorflow_env import tensorflow_env
-from distmis.tracking import START_SECONDS
 from distmis.tuning import check_resume_config, check_resumed_choices, read_recorded
-from distmis.waits import call_within
 
 PLAN_FILE = "compare.json"
 
@@ -98,43 +96,30 @@ def _run_mode(
 
 
 class _CompareTracking:
-    """The comparison's MLflow parent run; the modes' searches nest under it."""
+    """The comparison's MLflow parent run; the modes' searches nest under it. Written through the
+    tracking package's queue in ``out``, as a search's runs are."""
 
-    def __init__(self, uri: str, experiment: str) -> None:
-        from distmis.tracking import experiment_id, mlflow_client
+    def __init__(self, uri: str, experiment: str, out: Path) -> None:
+        from distmis.tracking import RunWriter
 
         self.uri_with_credentials = uri  # given to the modes' searches, never written or printed
-
         self.uri, self.experiment = uri, experiment
-        try:  # the client itself imports the store's driver (a missing MySQLdb is a bad URI here)
-            self.client = mlflow_client(uri)
-            self.experiment_id = call_within(START_SECONDS, lambda: experiment_id(self.client, uri, experiment))
-        except Exception as exc:  # noqa: BLE001 - down, hanging, refusing, or a wrong URI
-            raise TrackingError(
-                f"MLflow tracking store {redact_uri(uri)} is unreachable or unusable: {type(exc).__name__}: "
-                f"{redact(str(exc).splitlines()[0][:300])}"
-            ) from None
+        self.writer = RunWriter(uri, out)
 
     def start(self, name: str, params: dict[str, Any], run_id: str | None) -> str:
-        if run_id:
-            self.client.update_run(run_id, status="RUNNING")
-            return run_id
-        from distmis.tracking import start_run
-
         tags = {Tag.KIND: "compare", Tag.ROLE: "compare"}
-        return start_run(self.client, self.experiment_id, f"compare-{name}", tags=tags, params=params)
+        return self.writer.open(self.experiment, f"compare-{name}", tags=tags, params=params, run_id=run_id)
 
     def tag_mode(self, mode_dir: Path, mode: str) -> None:
         state = mode_dir / RunFile.MLFLOW_STATE
         if state.is_file():
             search_run = json.loads(state.read_text())["parent_run_id"]
-            self.client.set_tag(search_run, Tag.COMPARE_MODE, mode)
+            self.writer.set_tags({Tag.COMPARE_MODE: mode}, run_id=search_run)
 
-    def finish(self, run_id: str, stats: list[ModeStats], target: float | None, files: list[Path], ok: bool) -> None:
-        from mlflow.entities import Metric
-
-        now = int(time.time() * 1000)
-        metrics = []
+    def finish(
+        self, stats: list[ModeStats], target: float | None, files: list[Path], ok: bool, wait_seconds: float
+    ) -> None:
+        metrics = {}
         for s in stats:
             for key in (
                 "wall_seconds",
@@ -148,13 +133,13 @@ class _CompareTracking:
             ):
                 value = getattr(s, key)
                 if value is not None and math.isfinite(value):
-                    metrics.append(Metric(f"{s.mode}.{key}", float(value), now, 0))
+                    metrics[f"{s.mode}.{key}"] = float(value)
         if target is not None:
-            metrics.append(Metric("target", float(target), now, 0))
-        self.client.log_batch(run_id, metrics=metrics)
-        for path in files:
-            self.client.log_artifact(run_id, str(path), "plots" if path.suffix == ".png" else None)
-        self.client.set_terminated(run_id, "FINISHED" if ok else "FAILED")
+            metrics["target"] = float(target)
+        self.writer.log_metrics(metrics)
+        self.writer.log_files([p for p in files if p.suffix == ".png"], "plots")
+        self.writer.log_files([p for p in files if p.suffix != ".png"])
+        self.writer.close("FINISHED" if ok else "FAILED", wait_seconds)
 
 
 def _stats_csv(stats: list[ModeStats]) -> str:
@@ -358,9 +343,9 @@ def _start(plan: ComparePlan, tracking_uri: str | None) -> tuple[_CompareTrackin
         else resolve_tracking_uri(tracking_uri, config.tracking.uri, plan.out)
     )
     experiment = recorded.get("experiment") or f"{config.tracking.experiment or config.name}-compare"
-    tracking = _CompareTracking(uri, experiment)  # fails fast, before anything runs
+    tracking = _CompareTracking(uri, experiment, plan.out)
     hybrid = next((p.workers_per_trial for p in plan.mode_plans if p.name == "hybrid"), "")
-    run_id = tracking.start(
+    run_id = tracking.start(  # fails fast, before anything runs
         config.name,
         {
             "modes": ",".join(plan.modes),
@@ -452,7 +437,6 @@ def check_modes_splits(plan: ComparePlan) -> None:
     """
     from distmis.data import (
         SPLITS_FILE,
-        CaseSplits,
         check_same_splits,
         load_manifest,
         read_search_splits,
@@ -463,7 +447,7 @@ def check_modes_splits(plan: ComparePlan) -> None:
     if not started:
         return
     prepared = resolve_prepared(plan.config.data, base_dir=plan.space_file.resolve().parent)
-    now = CaseSplits.of_manifest(load_manifest(prepared).info)
+    now = load_manifest(prepared).info.case_splits
     for mode_dir in started:
         recorded = read_search_splits(mode_dir)
         if recorded is not None:
@@ -518,7 +502,7 @@ def _conclude(
         "--target" if plan.target is not None else "the baseline's best" if BASELINE in records
         else "the lowest best over the modes"
     )  # fmt: skip
-    info = {
+    setup = {
         "slots": plan.slots,
         "cpus_per_worker": plan.cpus,
         "gpus_per_worker": plan.gpus,
@@ -528,7 +512,7 @@ def _conclude(
         "target_source": target_source,
     }
     md, html = write_reports(
-        out, name=plan.config.name, stats=stats, target=target_used, metric=metric, info=info, plots=plots
+        out, name=plan.config.name, stats=stats, target=target_used, metric=metric, setup=setup, plots=plots
     )
     write_json_atomic(
         out / "comparison.json",
@@ -546,5 +530,5 @@ def _conclude(
     )
     write_text_atomic(out / "comparison.csv", _stats_csv(stats))
     files = [md, html, out / "comparison.json", out / "comparison.csv", out / PLAN_FILE, *plots]
-    tracking.finish(run_id, stats, target_used, files, ok=not failed)
+    tracking.finish(stats, target_used, files, ok=not failed, wait_seconds=plan.config.tracking.final_flush_seconds)
     return CompareResult(out, target_used, stats, failed, same, run_id)

@@ -24,11 +24,14 @@ import threading
 import zlib
 from collections.abc import Collection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from distmis.exceptions import DataError
+
+if TYPE_CHECKING:
+    from distmis.data._record import CaseFiles
 
 CASES_DIR = "cases"
 #: at most this many coordinates per label value, but never under 1 % of its voxels (nnU-Net's rule)
@@ -122,9 +125,9 @@ class CaseReader:
     handle is not shared between threads because tf.data calls the reader from several at once.
     """
 
-    def __init__(self, root: Path, files: dict[str, dict[str, dict[str, Any]]]) -> None:
+    def __init__(self, root: Path, files: dict[str, CaseFiles]) -> None:
         self.root = root
-        self.files = files  # case id -> {"image": {"file": ...}, "label": ..., "foreground": ...}
+        self.files = files  # case id -> its image, label and foreground files
         self._local = threading.local()
 
     def _open(self, case_id: str, key: str) -> Any:
@@ -133,7 +136,7 @@ class CaseReader:
         handles = self._local.__dict__.setdefault("handles", {})
         name = (case_id, key)
         if name not in handles:
-            path = self.root / self.files[case_id][key]["file"]
+            path = self.root / getattr(self.files[case_id], key).file
             try:
                 handles[name] = blosc2.open(str(path), mode="r")
             except (RuntimeError, ValueError, OSError) as exc:  # what blosc2 raises on a damaged file
@@ -157,7 +160,7 @@ class CaseReader:
             handle = self._open(case_id, key)
             found_shape, found_dtype = tuple(int(s) for s in handle.shape), np.dtype(handle.dtype)
             if found_shape != want_shape or found_dtype != want_dtype:
-                path = self.root / self.files[case_id][key]["file"]
+                path = self.root / getattr(self.files[case_id], key).file
                 raise DataError(
                     f"{path}: the {key} of case {case_id} is {list(found_shape)} {found_dtype}, info.json records "
                     f"{list(want_shape)} {np.dtype(want_dtype)}; prepare the dataset again"
@@ -175,12 +178,12 @@ class CaseReader:
         try:
             return np.asarray(image[box]), np.asarray(label[box])
         except (RuntimeError, ValueError, OSError) as exc:  # a damaged chunk
-            path = self.root / self.files[case_id]["image"]["file"]
+            path = self.root / self.files[case_id].image.file
             raise DataError(f"{path}: a chunk could not be read ({exc}); prepare the dataset again") from None
 
     def foreground(self, case_id: str) -> dict[int, np.ndarray]:
         """The case's sampled foreground coordinates per label value (small: read on each call)."""
-        path = self.root / self.files[case_id]["foreground"]["file"]
+        path = self.root / self.files[case_id].foreground.file
         try:
             with np.load(path) as data:
                 return {int(k): data[k] for k in data.files}

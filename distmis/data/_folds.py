@@ -12,12 +12,9 @@ again would copy the dataset ``folds`` times.
 
 from __future__ import annotations
 
-import copy
-from typing import Any
-
 import numpy as np
 
-from distmis.data._record import Manifest
+from distmis.data._record import Manifest, SplitRecord
 from distmis.exceptions import DataError
 
 CV_SPLITS = ("train", "val")
@@ -25,7 +22,7 @@ CV_SPLITS = ("train", "val")
 
 def cv_cases(manifest: Manifest) -> list[str]:
     """Every case cross-validation may use: the train and validation splits, sorted."""
-    return sorted(c for split in CV_SPLITS for c in manifest.info["splits"].get(split, {}).get("cases", []))
+    return sorted(c for split in CV_SPLITS for c in manifest.cases(split))
 
 
 def fold_groups(case_ids: list[str], folds: int, seed: int) -> list[list[str]]:
@@ -54,21 +51,21 @@ def fold_view(manifest: Manifest, index: int, folds: int, seed: int) -> Manifest
         raise DataError(f"data.fold.index {index}: expected 0..{folds - 1}")
     val = groups[index]
     train = sorted(c for i, g in enumerate(groups) if i != index for c in g)
-    info: dict[str, Any] = copy.deepcopy(manifest.info)
+    splits = {**manifest.info.splits}
     for name, cases in (("train", train), ("val", val)):
-        info["splits"][name] = {"cases": cases, "num_cases": len(cases)}
-    info["fold"] = {"index": index, "folds": folds, "seed": seed}
-    return Manifest(root=manifest.root, info=info)
+        splits[name] = SplitRecord(cases=cases, num_cases=len(cases))  # type: ignore[index]
+    fold = {"index": index, "folds": folds, "seed": seed}
+    return Manifest(root=manifest.root, info=manifest.info.model_copy(update={"splits": splits, "fold": fold}))
 
 
 def label_presence(manifest: Manifest, cases: list[str]) -> dict[str, set[int]]:
     """The label values present in each of ``cases`` (recorded by prepare; region and binary data
     keep their label values too), background included."""
-    records = manifest.info["cases"]
+    records = manifest.info.cases
     missing = sorted(set(cases) - set(records))
     if missing:
         raise DataError(f"{manifest.root}: cases {missing[:5]} are not in its info.json")
-    return {case: {0, *records[case]["label_values"]} for case in cases}
+    return {case: {0, *records[case].label_values} for case in cases}
 
 
 __all__ = ["CV_SPLITS", "cv_cases", "fold_groups", "fold_view", "label_presence"]

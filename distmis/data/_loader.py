@@ -40,12 +40,12 @@ STAMPS = "verified-cases.json"
 
 
 def _stamp_file() -> Path:
-    """Where verified checksums are remembered across processes (the data cache directory):
-    every trial actor of a search would otherwise hash the whole dataset again."""
-    import os
+    """Where verified checksums are remembered across processes (the default data cache, by the
+    same rule as the data itself): every trial actor of a search would otherwise hash the whole
+    dataset again."""
+    from distmis.config import DataConfig
 
-    home = os.environ.get("DISTMIS_DATA_HOME")
-    return (Path(home).expanduser() if home else Path("~/.cache/distmis").expanduser()) / STAMPS
+    return DataConfig().resolved_cache_dir() / STAMPS
 
 
 @contextlib.contextmanager
@@ -97,32 +97,33 @@ def verify_cases(manifest: Manifest, split: str) -> None:
     reader = CaseReader(manifest.root, files)
     for case in manifest.cases(split):
         reader.check_layout(case, manifest.shape, manifest.channels)
-        for kind, entry in files[case].items():
-            path = manifest.root / entry["file"]
+        for kind in ("image", "label", "foreground"):
+            entry = getattr(files[case], kind)
+            path = manifest.root / entry.file
             st = path.stat()
             key = (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ctime_ns)
             if key in _VERIFIED:
                 continue
-            if st.st_size != entry["bytes"]:
+            if st.st_size != entry.bytes:
                 raise DataError(
-                    f"{path}: {st.st_size} bytes, info.json records {entry['bytes']}: the case file is damaged "
+                    f"{path}: {st.st_size} bytes, info.json records {entry.bytes}: the case file is damaged "
                     "or was replaced; prepare the dataset again"
                 )
             stamps = _read_stamps() if stamps is None else stamps
-            if stamps.get(key[0]) == [st.st_size, st.st_mtime_ns, st.st_ctime_ns, entry["sha256"]]:
+            if stamps.get(key[0]) == [st.st_size, st.st_mtime_ns, st.st_ctime_ns, entry.sha256]:
                 _VERIFIED.add(key)
                 continue
             digest = sha256_of(path)
-            if digest != entry["sha256"]:
+            if digest != entry.sha256:
                 raise DataError(
-                    f"{path}: sha256 {digest[:16]}..., info.json records {entry['sha256'][:16]}...: "
+                    f"{path}: sha256 {digest[:16]}..., info.json records {entry.sha256[:16]}...: "
                     "the case file is damaged or was replaced; prepare the dataset again"
                 )
             if kind == "foreground":  # a coordinate outside the volume would crash a worker mid-epoch
                 declared = {1} if manifest.label_mode == "binary" else set(manifest.labels) - {0}
                 check_locations(reader.foreground(case), manifest.shape, path, labels=declared)
             _VERIFIED.add(key)
-            stamps[key[0]] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, entry["sha256"]]
+            stamps[key[0]] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, entry.sha256]
             _remember(stamps)
 
 
@@ -204,7 +205,7 @@ class PatchSampler:
 
     def _foreground_start(self, case: str, rng: np.random.Generator, limit: np.ndarray) -> np.ndarray | None:
         locations = self.reader.foreground(case)
-        check_locations(locations, self.shape, self.reader.root / self.reader.files[case]["foreground"]["file"])
+        check_locations(locations, self.shape, self.reader.root / self.reader.files[case].foreground.file)
         present = [vals for vals in self.channel_values if any(v in locations for v in vals)]
         if not present:
             return None  # no foreground in this case: a uniform patch

@@ -27,8 +27,9 @@ from distmis.exceptions import DataError
 
 SCHEMES = ("zscore", "ct", "none")
 AUTO = "auto"
-#: the per-case z-score of MRI (the only scheme before per-channel normalisation)
-LEGACY = "zscore_nonzero_per_channel"
+#: the record's ``normalisation`` when every channel is z-scored per case over its non-zero voxels
+#: (MRI); ``per_channel`` when any channel has another scheme (CT's clip and global statistics)
+ALL_ZSCORE = "zscore_nonzero_per_channel"
 
 
 def is_ct(modality: str) -> bool:
@@ -133,7 +134,7 @@ def describe(spec: list[dict[str, Any]] | None, modalities: list[str] | tuple[st
 
 __all__ = [
     "AUTO",
-    "LEGACY",
+    "ALL_ZSCORE",
     "SCHEMES",
     "channel_schemes",
     "ct_statistics",

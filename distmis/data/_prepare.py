@@ -29,7 +29,7 @@ from distmis.data._msd import (
     load_case_label,
     read_dataset_json,
 )
-from distmis.data._normalize import LEGACY, channel_schemes, ct_statistics, normalize
+from distmis.data._normalize import ALL_ZSCORE, channel_schemes, ct_statistics, normalize
 from distmis.data._pool import case_pool
 from distmis.data._record import FORMAT, SPLITS, PreparedInfo, Preprocessing
 from distmis.exceptions import DataError
@@ -257,7 +257,7 @@ def _manifest(
         "cases": {},
         "preprocessing": Preprocessing.model_validate(
             {
-                "normalisation": LEGACY if all(c["scheme"] == "zscore" for c in normalisation) else "per_channel",
+                "normalisation": ALL_ZSCORE if all(c["scheme"] == "zscore" for c in normalisation) else "per_channel",
                 "channel_normalisation": normalisation,
                 "resize": resize,
                 "shape": list(shape),
@@ -338,7 +338,7 @@ def prepare_dataset(
     resume: bool = False,
     progress: Callable[[int, int], None] | None = None,
     warn: Callable[[str], None] | None = None,
-) -> dict[str, Any]:
+) -> PreparedInfo:
     """Preprocess an MSD dataset into ``out`` as ``options`` say and return its record (``info.json``).
 
     ``options`` is the search file's ``data.prepare`` (or what ``distmis prepare``'s options built):
@@ -373,9 +373,9 @@ def prepare_dataset(
     workers = workers or min(len(dataset.training), os.cpu_count() or 1)
     shape = tuple(int(s) for s in shape)  # type: ignore[assignment]
     normalisation = channel_normalisation(dataset, splits["train"], by_id, o.normalization, workers)
-    manifest = _manifest(dataset, src, shape, resize, label_mode, regions, split, seed, normalisation)
+    document = _manifest(dataset, src, shape, resize, label_mode, regions, split, seed, normalisation)
     job = _PrepareJob(dataset.modalities, dataset.labels, shape, resize, label_mode, normalisation)
-    recorded = {k: v for k, v in manifest.items() if k not in ("splits", "cases")}
+    recorded = {k: v for k, v in document.items() if k not in ("splits", "cases")}
     try:
         with resumable_directory(out, command="prepare", overwrite=overwrite, resume=resume, job=recorded) as work:
             with open_nofollow(work / LOCK_FILE, "a"):  # what a search reading this dataset holds (reader_lock)
@@ -383,28 +383,27 @@ def prepare_dataset(
             done = _prepare_cases(job, work, [c.case_id for c in dataset.training], by_id, workers, progress)
             case_stats = []
             for cid in sorted(done):
-                manifest["cases"][cid] = done[cid]["record"]
+                document["cases"][cid] = done[cid]["record"]
                 case_stats.append(done[cid]["stats"])
                 for text in done[cid]["warnings"]:
                     (warn or _print_warning)(text)
             for name in SPLITS:
-                manifest["splits"][name] = {"cases": splits[name], "num_cases": len(splits[name])}
+                document["splits"][name] = {"cases": splits[name], "num_cases": len(splits[name])}
             from distmis.data._inspect import aggregate
 
-            manifest["fingerprint"] = aggregate(
+            document["fingerprint"] = aggregate(
                 case_stats, labels=dataset.labels, modalities=dataset.modalities, name=dataset.name
             )
             # written through its model: a record prepare cannot read back is never written
-            record = PreparedInfo.model_validate(manifest).model_dump_json(
-                indent=2, exclude={"fold"}, exclude_none=True
-            )
-            write_text_atomic(work / RunFile.PREPARED_INFO, record + "\n")
+            info = PreparedInfo.model_validate(document)
+            text = info.model_dump_json(indent=2, exclude={"fold"}, exclude_none=True)
+            write_text_atomic(work / RunFile.PREPARED_INFO, text + "\n")
             for cid in done:  # what only a resume needed
                 for name in (f"{cid}.done.json", f"{cid}.samples.npy"):
                     (work / CASES_DIR / name).unlink(missing_ok=True)
     except PermissionError as exc:
         raise DataError(f"{out}: not writable ({exc})") from None
-    return manifest
+    return info
 
 
 def _prepare_cases(

@@ -19,8 +19,6 @@ from distmis.exceptions import DataError
 from distmis.schema import RunFile
 
 FORMAT = "distmis-prepared/2"
-#: formats an older distmis wrote: refused, naming the command that prepares the data again
-OLD_FORMATS = ("distmis-prepared/1",)
 
 _FILE_NAME = r"^cases/[^/\\]+$"  # a file inside the prepared directory's cases/, never a path out of it
 
@@ -80,12 +78,20 @@ class Preprocessing(BaseModel):
     """How every case's image was turned into the prepared grid: what inference redoes to a new scan."""
 
     model_config = ConfigDict(extra="allow")
-    #: ``zscore`` (every channel z-scored per case) or ``per_channel`` (see channel_normalisation)
+    #: ``zscore_nonzero_per_channel`` (every channel z-scored per case over its non-zero voxels)
+    #: or ``per_channel`` (each channel as channel_normalisation says: a CT channel among them)
     normalisation: StrictStr
     #: per channel (older models: none, and every channel is z-scored per case)
     channel_normalisation: list[ChannelNormalisation] | None = None
     resize: Literal["crop_pad", "resample"]
     shape: tuple[int, int, int]
+
+    @property
+    def normalisation_spec(self) -> list[dict[str, Any]] | None:
+        """Each channel's scheme as :func:`~distmis.data.normalize` applies it (``None``: z-score all)."""
+        if self.channel_normalisation is None:
+            return None
+        return [channel.model_dump(exclude_none=True) for channel in self.channel_normalisation]
 
     @model_validator(mode="after")
     def _positive_shape(self) -> Preprocessing:
@@ -94,19 +100,68 @@ class Preprocessing(BaseModel):
         return self
 
 
-class ModelPreprocessing(Preprocessing):
-    """A model's ``preprocessing.json``: its data's channels and labels, the preprocessing to redo,
-    and the cases it trained on, chose its best epoch on, and never saw (``evaluate`` says so).
-
-    Training writes it from the prepared data's record (:meth:`of_prepared`); inference reads it.
-    """
+class LabelledChannels(BaseModel):
+    """What a model's inputs and outputs mean: shared by the prepared record and a model's record,
+    so that the two cannot disagree on a field's name or type."""
 
     channels: int = Field(ge=1)
     modalities: list[StrictStr]
+    #: value -> name, keyed by the value as a string (JSON's keys are strings)
     labels: dict[str, StrictStr] = {}
     label_mode: Literal["binary", "multiclass", "regions"]
     num_classes: int = Field(ge=1)
     regions: dict[str, list[int]] | None = None
+
+    @property
+    def label_names(self) -> dict[int, str]:
+        """Label value -> name, in the dataset's numbering: the one place the string keys become values."""
+        return {int(value): name for value, name in self.labels.items()}
+
+    @property
+    def foreground_values(self) -> list[int]:
+        """The declared foreground values (``[1]`` where the record declares none)."""
+        return [value for value in self.label_names if value > 0] or [1]
+
+    @property
+    def trained_regions(self) -> dict[str, list[int]] | None:
+        """The regions the model's channels stand for, where it was trained on regions."""
+        return self.regions if self.label_mode == "regions" else None
+
+
+class PreparedInfo(LabelledChannels):
+    """The prepared dataset's record, ``info.json``."""
+
+    model_config = ConfigDict(extra="forbid")
+    format: Literal["distmis-prepared/2"]
+    source: SourceRecord
+    shape: tuple[int, int, int]
+    labels: dict[str, StrictStr]
+    image_dtype: Literal["float32"] = "float32"
+    label_dtype: Literal["uint8"] = "uint8"
+    preprocessing: Preprocessing
+    split: dict[str, Any] = {}
+    splits: dict[Literal["train", "val", "test"], SplitRecord]
+    cases: dict[StrictStr, CaseRecord]
+    fingerprint: dict[str, Any] | None = None
+    fold: dict[str, int] | None = None  # set on a cross-validation fold's view, never on disk
+
+    def cases_of(self, split: str) -> list[str]:
+        """The cases of one split (none where the record has no such split)."""
+        record = self.splits.get(split)  # type: ignore[call-overload]
+        return list(record.cases) if record is not None else []
+
+    @property
+    def case_splits(self) -> CaseSplits:
+        return CaseSplits(**{name: self.cases_of(name) for name in SPLITS})
+
+
+class ModelPreprocessing(Preprocessing, LabelledChannels):
+    """A model's ``preprocessing.json``: its data's channels and labels, the preprocessing to redo,
+    and the cases it trained on, chose its best epoch on, and never saw (``evaluate`` says so).
+
+    Derived from the prepared record (:meth:`of_prepared`) when training writes it; inference reads it.
+    """
+
     splits: CaseSplits | None = None
 
     @model_validator(mode="after")
@@ -127,97 +182,66 @@ class ModelPreprocessing(Preprocessing):
         return self
 
     @classmethod
-    def of_prepared(cls, info: dict[str, Any]) -> ModelPreprocessing:
-        """The record of a model trained on the prepared data whose ``info.json`` is ``info``."""
-        prepared = PreparedInfo.model_validate(info)
-        return cls(
-            **prepared.preprocessing.model_dump(),
-            channels=prepared.channels,
-            modalities=prepared.modalities,
-            labels=prepared.labels,
-            label_mode=prepared.label_mode,
-            num_classes=prepared.num_classes,
-            regions=prepared.regions,
-            splits=CaseSplits.of_manifest(info),
-        )
-
-
-class PreparedInfo(BaseModel):
-    """The structure of ``info.json``."""
-
-    model_config = ConfigDict(extra="forbid")
-    format: Literal["distmis-prepared/2"]
-    source: SourceRecord
-    shape: tuple[int, int, int]
-    channels: int = Field(ge=1)
-    modalities: list[StrictStr]
-    labels: dict[str, StrictStr]
-    label_mode: Literal["binary", "multiclass", "regions"]
-    regions: dict[str, list[int]] | None = None
-    num_classes: int = Field(ge=1)
-    image_dtype: Literal["float32"] = "float32"
-    label_dtype: Literal["uint8"] = "uint8"
-    preprocessing: Preprocessing
-    split: dict[str, Any] = {}
-    splits: dict[Literal["train", "val", "test"], SplitRecord]
-    cases: dict[StrictStr, CaseRecord]
-    fingerprint: dict[str, Any] | None = None
-    fold: dict[str, int] | None = None  # set on a cross-validation fold's view, never on disk
+    def of_prepared(cls, info: PreparedInfo) -> ModelPreprocessing:
+        """The record of a model trained on the prepared data whose record is ``info``."""
+        described = {name: getattr(info, name) for name in LabelledChannels.model_fields}
+        return cls(**info.preprocessing.model_dump(), **described, splits=info.case_splits)
 
 
 @dataclass(frozen=True)
 class Manifest:
-    """A prepared directory and its checked record (``info`` is the record as a dict)."""
+    """A prepared directory and its checked record."""
 
     root: Path
-    info: dict[str, Any]
+    info: PreparedInfo
 
     @property
     def shape(self) -> tuple[int, int, int]:
-        return tuple(self.info["shape"])  # type: ignore[return-value]
+        return self.info.shape
 
     @property
     def channels(self) -> int:
-        return int(self.info["channels"])
+        return self.info.channels
 
     @property
     def num_classes(self) -> int:
-        return int(self.info["num_classes"])
+        return self.info.num_classes
 
     @property
     def label_mode(self) -> str:
-        return str(self.info["label_mode"])
+        return self.info.label_mode
 
     @property
     def regions(self) -> dict[str, list[int]] | None:
-        return self.info.get("regions") or None
+        return self.info.regions or None
 
     @property
     def labels(self) -> dict[int, str]:
-        return {int(k): v for k, v in self.info["labels"].items()}
+        return self.info.label_names
 
     def cases(self, split: str) -> list[str]:
-        return list(self.info["splits"].get(split, {}).get("cases", []))
+        return self.info.cases_of(split)
 
     def num_cases(self, split: str) -> int:
         return len(self.cases(split))
 
-    def case_files(self) -> dict[str, dict[str, dict[str, Any]]]:
+    def case_files(self) -> dict[str, CaseFiles]:
         """Case id -> its files (``image``, ``label``, ``foreground``), as the reader wants them."""
-        return {cid: record["files"] for cid, record in self.info["cases"].items()}
+        return {cid: record.files for cid, record in self.info.cases.items()}
 
 
-def reprepare_command(info: dict[str, Any], root: Path) -> str:
-    """The ``distmis prepare`` command that makes ``root`` again from its recorded source and options."""
-    source = (info.get("source") or {}).get("path", "SRC")
-    pre = info.get("preprocessing") or {}
+def reprepare_command(document: dict[str, Any], root: Path) -> str:
+    """The ``distmis prepare`` command that makes ``root`` again from what an ``info.json`` of any
+    format records (read as plain JSON: an older format does not fit the model)."""
+    source = (document.get("source") or {}).get("path", "SRC")
+    options = document.get("preprocessing") or {}
     words = ["distmis", "prepare", str(source), str(root), "--overwrite"]
-    if isinstance(pre.get("shape"), list):
-        words += ["--shape", ",".join(str(s) for s in pre["shape"])]
-    if pre.get("resize"):
-        words += ["--resize", str(pre["resize"])]
-    if info.get("label_mode"):
-        words += ["--label-mode", str(info["label_mode"])]
+    if isinstance(shape := options.get("shape"), list):
+        words += ["--shape", ",".join(str(s) for s in shape)]
+    if resize := options.get("resize"):
+        words += ["--resize", str(resize)]
+    if label_mode := document.get("label_mode"):
+        words += ["--label-mode", str(label_mode)]
     return shlex.join(words)
 
 
@@ -237,13 +261,9 @@ def load_manifest(root: str | Path) -> Manifest:
         raise DataError(f"{path}: missing; run `distmis prepare` first")
     info = read_json(path, error=DataError, what="a distmis info.json object")
     found = info.get("format") if isinstance(info, dict) else type(info).__name__
-    if found in OLD_FORMATS:
-        raise DataError(
-            f"{path}: prepared by an older distmis (format {found!r}); this version reads {FORMAT!r}, "
-            f"which reads patches on demand. Prepare it again: {reprepare_command(info, root)}"
-        )
     if found != FORMAT:
-        raise DataError(f"{path}: format {found!r}, expected {FORMAT!r} (written by distmis prepare)")
+        again = f"; prepare it again: {reprepare_command(info, root)}" if isinstance(info, dict) else ""
+        raise DataError(f"{path}: format {found!r}, expected {FORMAT!r} (written by distmis prepare){again}")
     checked = validate_document(PreparedInfo, info, path, error=DataError)
     if any(s <= 0 for s in checked.shape):
         raise DataError(f"{path}: shape: expected 3 positive integers, got {list(checked.shape)}")
@@ -267,17 +287,17 @@ def load_manifest(root: str | Path) -> Manifest:
             file = getattr(record.files, key).file
             if not (root / file).is_file():
                 raise DataError(f"{root / file}: the {key} of case {case}, listed in {path}, is missing")
-    return Manifest(root=root, info=checked.model_dump(mode="json"))
+    return Manifest(root=root, info=checked)
 
 
 __all__ = [
     "FORMAT",
-    "OLD_FORMATS",
     "SPLITS",
     "CaseRecord",
     "ChannelNormalisation",
     "ModelPreprocessing",
     "Preprocessing",
+    "LabelledChannels",
     "Manifest",
     "PreparedInfo",
     "load_manifest",

@@ -9,9 +9,7 @@ and a command that reads prepared data for them compares, naming the cases that 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -28,12 +26,6 @@ class CaseSplits(BaseModel):
     train: list[str] = []
     val: list[str] = []
     test: list[str] = []
-
-    @classmethod
-    def of_manifest(cls, info: Mapping[str, Any]) -> CaseSplits:
-        """The splits of a prepared dataset's ``info.json``."""
-        splits = info.get("splits") or {}
-        return cls(**{name: list((splits.get(name) or {}).get("cases", [])) for name in SPLITS})
 
     def split_of(self) -> dict[str, str]:
         return {case: name for name in SPLITS for case in getattr(self, name)}

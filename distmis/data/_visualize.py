@@ -23,7 +23,7 @@ def read_case(prepared: str | Path, split: str, index: int) -> tuple[str, np.nda
     verify_cases(manifest, split)
     wanted = manifest.cases(split)[index]
     image, label = CaseReader(manifest.root, manifest.case_files()).read(wanted)
-    return wanted, image, label, list(manifest.info["modalities"])
+    return wanted, image, label, list(manifest.info.modalities)
 
 
 def _draw(fig, axes, image: np.ndarray, label: np.ndarray, names: list[str], z: int) -> None:  # noqa: ANN001

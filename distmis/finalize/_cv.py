@@ -53,7 +53,7 @@ def raw_cases(plan: FinalizePlan) -> dict[str, Any]:
     from distmis.data import load_manifest, read_dataset_json
     from distmis.inference import check_cases
 
-    raw = Path(load_manifest(plan.prepared).info["source"]["path"])
+    raw = Path(load_manifest(plan.prepared).info.source.path)
     dataset = read_dataset_json(raw, require_files=False)
     by_id = {c.case_id: c for c in dataset.training}
     wanted = [c for g in plan.groups for c in g]
@@ -129,8 +129,8 @@ def case_scores(
     from distmis.data import load_case_label, load_nifti_header
     from distmis.inference import keep_largest_components, label_values_of, probabilities_to_labels, score_labels
 
-    regions = record.preprocessing.get("regions") if record.preprocessing["label_mode"] == "regions" else None
-    labels = {int(k): v for k, v in record.preprocessing["labels"].items()}
+    regions = record.preprocessing.trained_regions
+    labels = record.preprocessing.label_names
     scores = {}
     for case_id, case in cases.items():
         pred = probabilities_to_labels(probabilities(case_id), 0.5, regions, label_values_of(record))
@@ -204,7 +204,7 @@ def _decide_postprocessing(
 
 
 def _foreground_values(record: Any) -> list[int]:
-    return [int(k) for k in record.preprocessing["labels"] if int(k) > 0] or [1]
+    return record.preprocessing.foreground_values  # type: ignore[no-any-return]
 
 
 def _mean(table: dict[str, dict[str, Any]]) -> float:

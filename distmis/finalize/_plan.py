@@ -241,7 +241,7 @@ def _checked_splits(run: Path, prepared: Path) -> CaseSplits:
     """
     from distmis.console import notify
 
-    now = CaseSplits.of_manifest(load_manifest(prepared).info)
+    now = load_manifest(prepared).info.case_splits
     recorded, where = read_search_splits(run), f"the search {run} ({SPLITS_FILE})"
     if recorded is None:
         recorded, where = _splits_of_trial_models(run)

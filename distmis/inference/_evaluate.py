@@ -65,7 +65,7 @@ def raw_dataset(source: Path) -> Path:
     if (source / RunFile.PREPARED_INFO).is_file():
         from distmis.data import load_manifest
 
-        return Path(load_manifest(source).info["source"]["path"])
+        return Path(load_manifest(source).info.source.path)
     return source
 
 
@@ -79,9 +79,9 @@ def check_model_splits(record: ModelRecord, source: Path) -> None:
     Raises:
         DataError: naming the cases that moved.
     """
-    from distmis.data import CaseSplits, check_same_splits, load_manifest
+    from distmis.data import check_same_splits, load_manifest
 
-    recorded = record.singles[0].preprocessing.get("splits")
+    recorded = record.singles[0].preprocessing.splits
     if not (source / RunFile.PREPARED_INFO).is_file():
         return
     if not recorded:  # every model of this version records them: edited out, or made by hand
@@ -92,22 +92,19 @@ def check_model_splits(record: ModelRecord, source: Path) -> None:
             f"the cases of {source} were untouched in its training cannot be checked; scored as {source} splits them now"
         )
         return
-    now = CaseSplits.of_manifest(load_manifest(source).info)
+    now = load_manifest(source).info.case_splits
     where = f"the model {record.directory} (its preprocessing.json)"
-    check_same_splits(CaseSplits.model_validate(recorded), now, recorded_in=where, data=source, pooled=True)
+    check_same_splits(recorded, now, recorded_in=where, data=source, pooled=True)
 
 
 def seen_in_training(record: ModelRecord, case_ids: list[str]) -> dict[str, list[str]]:
     """Which of ``case_ids`` the model (any member of an ensemble) trained on, and which it chose its
     best epoch on: a score on them is not a test score."""
-    from distmis.data import CaseSplits
-
     trained: set[str] = set()
     validated: set[str] = set()
     for single in record.singles:
-        recorded = single.preprocessing.get("splits")
-        if recorded:
-            splits = CaseSplits.model_validate(recorded)
+        splits = single.preprocessing.splits
+        if splits is not None:
             trained |= set(splits.train)
             validated |= set(splits.val)
     return {
@@ -123,15 +120,15 @@ def evaluation_cases(source: Path, split: str) -> list[MsdCase]:
         from distmis.data import load_manifest
 
         manifest = load_manifest(source)
-        splits = manifest.info.get("splits", {})
+        splits = manifest.info.splits
         if split not in splits:
             raise DataError(
                 f"--split {split}: {source / RunFile.PREPARED_INFO} has no such split; it has {sorted(splits)}"
             )
-        ids = list(splits[split].get("cases", []))
+        ids = manifest.cases(split)
         if not ids:
             raise DataError(f"{source / RunFile.PREPARED_INFO}: split {split!r} has no cases")
-        raw = Path(manifest.info["source"]["path"])
+        raw = Path(manifest.info.source.path)
         dataset = read_dataset_json(raw, require_files=False)  # this split's files are checked per case
         by_id = {c.case_id: c for c in dataset.training}
         missing = [i for i in ids if i not in by_id]
@@ -151,14 +148,14 @@ def evaluation_cases(source: Path, split: str) -> list[MsdCase]:
 def scored_masks(record: ModelRecord) -> list[tuple[str, list[int] | None, str]]:
     """(name, label values, kind) of every mask scored: one ``foreground`` mask for binary models
     (any label > 0); per label value and per region (when the model has regions) otherwise."""
-    if record.preprocessing["label_mode"] == "binary":
+    if record.preprocessing.label_mode == "binary":
         return [("foreground", None, "foreground")]
     from distmis.labels import metric_suffix
 
-    labels = {int(k): v for k, v in record.preprocessing["labels"].items()}
+    labels = record.preprocessing.label_names
     values = sorted(v for v in labels if v > 0)
     masks: list[tuple[str, list[int] | None, str]] = [(metric_suffix(labels[v]), [v], "label") for v in values]
-    regions = record.preprocessing.get("regions") or record.config.data.regions or {}
+    regions = record.preprocessing.regions or record.config.data.regions or {}
     masks += [(metric_suffix(name), list(vals), "region") for name, vals in regions.items()]
     return masks
 
@@ -174,7 +171,7 @@ def score_case(record: ModelRecord, case: MsdCase, prediction: Path) -> dict[str
     diff = geometry_difference(affine, label_affine)
     if diff:  # the prediction is written in its scan's geometry: a label elsewhere cannot be scored
         raise DataError(f"{case.label}: not aligned with the prediction {prediction}: {diff}")
-    truth = load_case_label(case.label, pred.shape, {int(k): v for k, v in record.preprocessing["labels"].items()})
+    truth = load_case_label(case.label, pred.shape, record.preprocessing.label_names)
     row: dict[str, Any] = {"case_id": case.case_id, **score_labels(record, truth, pred, spacing)}
     row["spacing_mm"] = "x".join(f"{s:g}" for s in spacing)
     return row
@@ -188,7 +185,7 @@ def score_labels(
     models: over the regions). ``distances=False`` skips HD95 (cross-validation needs overlaps only)."""
     row: dict[str, float] = {}
     averaged = []
-    main_kind = "region" if record.preprocessing["label_mode"] == "regions" else "label"
+    main_kind = "region" if record.preprocessing.label_mode == "regions" else "label"
     for name, values, kind in scored_masks(record):
         t = truth > 0 if values is None else np.isin(truth, values)
         p = pred > 0 if values is None else np.isin(pred, values)
@@ -225,13 +222,13 @@ def plot_cases(record: ModelRecord, cases: list[tuple[MsdCase, Path]], out: Path
 
     cmap = ListedColormap([(0, 0, 0, 0), (1, 0.85, 0, 0.55), (1, 0.1, 0.1, 0.55), (0.1, 0.6, 1, 0.55)])
     fig, axes = plt.subplots(len(cases), 3, figsize=(8, 2.7 * len(cases)), squeeze=False)
-    labels = {int(k): v for k, v in record.preprocessing["labels"].items()}
+    labels = record.preprocessing.label_names
     for row, (case, pred_path) in zip(axes, cases, strict=True):
         image = load_nifti(case.image)[0]
         image = image[..., 0] if image.ndim == 4 else image
         assert case.label is not None
         truth = load_case_label(case.label, image.shape, labels)
-        if record.preprocessing["label_mode"] == "binary":
+        if record.preprocessing.label_mode == "binary":
             truth = (truth > 0).astype(np.uint8)  # what the model was trained to find
         pred = load_nifti(pred_path)[0].astype(np.uint8)
         area = (truth > 0).reshape(-1, truth.shape[2]).sum(0)
@@ -398,7 +395,7 @@ def evaluate(
         write_json_atomic(tmp / RunFile.SUMMARY, summary)
     result = EvaluationResult(out, rows, summary, failed, outcomes=outcomes)
     if track and rows:
-        result.mlflow_run_id = log_evaluation(model_dir, out, summary)
+        result.mlflow_run_id = log_evaluation(model_dir, out, summary, record.config.tracking.final_flush_seconds)
     return result
 
 
@@ -421,52 +418,46 @@ def search_tracking(model_dir: Path) -> dict[str, Any] | None:
     return None
 
 
-def log_evaluation(model_dir: Path, out: Path, summary: dict[str, Any]) -> str | None:
+def log_evaluation(model_dir: Path, out: Path, summary: dict[str, Any], wait_seconds: float) -> str | None:
     """A nested run under the search's parent run, named as the default output folder
-    (:meth:`RunFile.evaluation_dir`), with metrics and files.
+    (:meth:`RunFile.evaluation_dir`), with metrics and files, written through the tracking
+    package's queue in ``out`` as a search's runs are.
 
-    A tracking failure never loses the evaluation (its files are already written): it is
-    reported as one warning and ``None`` is returned.
+    A tracking failure never loses the evaluation (its files are already written): a store that
+    cannot be reached at the start is one warning and ``None``; one that goes away later keeps
+    what it did not receive in ``out``.
     """
-    info = search_tracking(model_dir)
-    if info is None:
+    search = search_tracking(model_dir)
+    if search is None:
         return None
-    try:
-        from distmis.tracking import mlflow_client, reattach_uri, start_run
+    from distmis.exceptions import TrackingError
+    from distmis.tracking import RunWriter, reattach_uri
 
-        client = mlflow_client(reattach_uri(info["tracking_uri"], None, None, model_dir))
-        tags = {
-            Tag.KIND: "evaluation",
-            Tag.MODEL_DIR: str(model_dir.resolve()),
-            Tag.SPLIT: summary["split"],
-        }
-        if info.get("trial_run_id"):
-            tags[Tag.TRIAL_RUN_ID] = info["trial_run_id"]
-        seen = summary.get("seen_in_training", {})
-        tags[Tag.CASES_SEEN_IN_TRAINING] = str(len(seen.get("trained_on", [])))
-        tags[Tag.CASES_SEEN_IN_VALIDATION] = str(len(seen.get("validated_on", [])))
-        params = {f"predict.{k}": json.dumps(v) if isinstance(v, list) else v for k, v in summary["options"].items()}
-        run_id = start_run(
-            client,
-            info["experiment_id"],
+    writer = RunWriter(reattach_uri(search["tracking_uri"], None, None, model_dir), out)
+    tags = {Tag.KIND: "evaluation", Tag.MODEL_DIR: str(model_dir.resolve()), Tag.SPLIT: summary["split"]}
+    if search.get("trial_run_id"):
+        tags[Tag.TRIAL_RUN_ID] = search["trial_run_id"]
+    seen = summary.get("seen_in_training", {})
+    tags[Tag.CASES_SEEN_IN_TRAINING] = str(len(seen.get("trained_on", [])))
+    tags[Tag.CASES_SEEN_IN_VALIDATION] = str(len(seen.get("validated_on", [])))
+    params = {f"predict.{k}": json.dumps(v) if isinstance(v, list) else v for k, v in summary["options"].items()}
+    try:
+        run_id = writer.open(
+            search.get("experiment", ""),
             RunFile.evaluation_dir(model_dir.absolute().name, summary["split"]),
             tags=tags,
             params=params,
-            parent_run_id=info["parent_run_id"],
+            parent_run_id=search["parent_run_id"],
+            experiment_id_known=search["experiment_id"],
         )
-        for key, value in summary.get("timing", {}).items():
-            client.log_metric(run_id, key, value)
-        for metric, stats in summary["metrics"].items():
-            for stat in ("mean", "median"):
-                if np.isfinite(stats[stat]):
-                    client.log_metric(run_id, f"{metric}_{stat}", stats[stat])
-        client.log_metric(run_id, "cases_scored", summary["scored"])
-        client.log_metric(run_id, "cases_failed", len(summary["failed"]))
-        for name in (RunFile.METRICS, RunFile.SUMMARY, "cases.png"):
-            if (out / name).is_file():
-                client.log_artifact(run_id, str(out / name))
-        client.set_terminated(run_id, "FINISHED")
-        return run_id
-    except Exception as exc:  # noqa: BLE001 - tracking must not fail a finished evaluation
-        _log.warning("evaluation not logged to MLflow (%s: %s); its files are in %s", type(exc).__name__, exc, out)
+    except TrackingError as exc:
+        _log.warning("evaluation not logged to MLflow (%s); its files are in %s", exc, out)
         return None
+    metrics = dict(summary.get("timing", {}))
+    for metric, stats in summary["metrics"].items():
+        metrics.update({f"{metric}_{s}": stats[s] for s in ("mean", "median") if np.isfinite(stats[s])})
+    metrics.update({"cases_scored": summary["scored"], "cases_failed": len(summary["failed"])})
+    writer.log_metrics(metrics)
+    writer.log_files([out / name for name in (RunFile.METRICS, RunFile.SUMMARY, "cases.png") if (out / name).is_file()])
+    writer.close("FINISHED", wait_seconds)
+    return run_id

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     import keras
 
     from distmis.config import ExperimentConfig
+    from distmis.data import ModelPreprocessing
 
 REQUIRED = (RunFile.CONFIG, RunFile.WEIGHTS, RunFile.PREPROCESSING)
 
@@ -34,7 +35,7 @@ class ModelRecord:
 
     directory: Path
     config: ExperimentConfig
-    preprocessing: dict[str, Any]
+    preprocessing: ModelPreprocessing
     #: an ensemble's members (single models), averaged; empty for a single model
     members: tuple[ModelRecord, ...] = ()
     #: masks whose largest connected component alone is kept (chosen by cross-validation)
@@ -53,15 +54,15 @@ class ModelRecord:
 
     @property
     def channels(self) -> int:
-        return int(self.preprocessing["channels"])
+        return self.preprocessing.channels
 
     @property
     def num_classes(self) -> int:
-        return int(self.preprocessing["num_classes"])
+        return self.preprocessing.num_classes
 
     @property
     def training_shape(self) -> tuple[int, int, int]:
-        return tuple(int(s) for s in self.preprocessing["shape"])  # type: ignore[return-value]
+        return self.preprocessing.shape
 
     @property
     def default_patch(self) -> tuple[int, int, int]:
@@ -128,9 +129,7 @@ def _read_single(directory: Path) -> ModelRecord:
         raise InferenceError(f"{directory / RunFile.CONFIG}: {exc}") from None
     _check_archive(directory / RunFile.WEIGHTS)
     path = directory / RunFile.PREPROCESSING
-    record = load_json_document(
-        ModelPreprocessing, path, error=InferenceError, what="a preprocessing record"
-    ).model_dump()
+    record = load_json_document(ModelPreprocessing, path, error=InferenceError, what="a preprocessing record")
     return ModelRecord(directory=directory, config=config, preprocessing=record)
 
 
@@ -179,7 +178,7 @@ def _read_ensemble(directory: Path) -> ModelRecord:
     first = members[0]
     keys = ("channels", "modalities", "labels", "label_mode", "num_classes", "regions", "channel_normalisation")
     for member in members[1:]:
-        differs = [k for k in keys if member.preprocessing.get(k) != first.preprocessing.get(k)]
+        differs = [k for k in keys if getattr(member.preprocessing, k) != getattr(first.preprocessing, k)]
         if differs:
             raise InferenceError(
                 f"{member.directory}: its {', '.join(differs)} differ from {first.directory}'s; an ensemble's "
@@ -216,7 +215,7 @@ def build_model(record: ModelRecord) -> keras.Model:
         record.config.model,
         channels=record.channels,
         num_classes=record.num_classes,
-        activation="softmax" if record.preprocessing["label_mode"] == "multiclass" else "sigmoid",
+        activation="softmax" if record.preprocessing.label_mode == "multiclass" else "sigmoid",
     )
     path = record.directory / RunFile.WEIGHTS
     try:

@@ -99,7 +99,7 @@ class CaseOutcome:
 # --------------------------------------------------------------------------- one volume
 def model_declares(record: ModelRecord) -> str:
     """Who expects a scan's channel count: the model, with its modalities (for errors)."""
-    return f"the model {record.directory} ({', '.join(record.preprocessing.get('modalities', []))})"
+    return f"the model {record.directory} ({', '.join(record.preprocessing.modalities)})"
 
 
 def predict_probabilities(
@@ -111,8 +111,8 @@ def predict_probabilities(
 ) -> np.ndarray:
     """Raw image (X, Y, Z, C) -> class probabilities (X, Y, Z, K) in the same voxel grid."""
     spatial = image.shape[:3]
-    x = normalize(image, record.preprocessing.get("channel_normalisation"))
-    if record.preprocessing["resize"] == "resample":
+    x = normalize(image, record.preprocessing.normalisation_spec)
+    if record.preprocessing.resize == "resample":
         x = resample(x, record.training_shape, order=1)
     probs = sliding_window_predict(
         x,
@@ -152,7 +152,7 @@ def label_values_of(record: ModelRecord) -> list[int]:
     """The dataset's label value of each of the model's classes (its ``preprocessing.json``)."""
     from distmis.labels import class_values
 
-    return class_values(record.preprocessing["labels"], int(record.preprocessing["num_classes"]))
+    return class_values(record.preprocessing.label_names, record.preprocessing.num_classes)
 
 
 def write_segmentation(labels: np.ndarray, affine: np.ndarray, header: Any, out: Path) -> None:
@@ -195,8 +195,9 @@ def predict_case(
                 progress(done, total)
 
         probs = predict_probabilities(image, record, predict, options, counted)
-        regions = record.preprocessing.get("regions") if record.preprocessing["label_mode"] == "regions" else None
-        labels = probabilities_to_labels(probs, options.threshold, regions, label_values_of(record))
+        labels = probabilities_to_labels(
+            probs, options.threshold, record.preprocessing.trained_regions, label_values_of(record)
+        )
         if record.largest_component:  # an ensemble's post-processing, chosen by cross-validation
             labels = keep_largest_components(labels, record.largest_component)
         write_segmentation(labels, affine, header, job.out)

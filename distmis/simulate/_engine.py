@@ -37,22 +37,17 @@ T = TypeVar("T")
 
 #: The seconds Ray Tune's driver is kept from its next decision by its own work per result and per
 #: trial (its start and end) of a distmis search: its bookkeeping and checkpoint registration,
-#: distmis's MLflow and progress callbacks. Measured by ``benchmarks/tune_driver_load.py`` on
-#: searches of sleeping trials, 2-32 at once, where the driver was the bottleneck (2026-11-28, the
-#: first of three runs on 2-core machines of one kind, which gave 10.8-16.4 ms per result and 5-20
-#: ms per trial); its CPU per result and per trial is more (14-31 and 57-124 ms), part of it running
-#: beside the loop.
+#: distmis's MLflow and progress callbacks. ``benchmarks/tune_driver_load.py`` measures them; the
+#: figures, their machine and their date are in docs/benchmarks.md ("The driver at scale").
 DRIVER_SECONDS_PER_RESULT = 0.011
 DRIVER_SECONDS_PER_TRIAL = 0.020
 
 #: The seconds a trial spends between two epochs (its checkpoint written, its result through Tune
-#: and back) where the curves did not record them, as the shipped tables, recorded before the
-#: column, do not: leaving them out would make every epoch 3-6 % short of what it costs. The median
-#: gap in real searches' ``metrics.csv`` (``benchmarks/search_efficiency.py`` runs on both tasks,
-#: 2026-11-28, a 2-core machine: 0.05-0.06 s run by run; 0.059 s over 720 gaps of an anatomy grid
-#: and random search, 0.044-0.099 s architecture by architecture, ``benchmarks/curve_timing.py``).
-#: A cluster's shared file system is slower: ``--clock-of`` a pilot search there replaces it with
-#: what that search recorded.
+#: and back) where the curves did not record them, as the shipped tables do not: leaving them out
+#: would make every epoch a few per cent short of what it costs. The median gap in real searches'
+#: ``metrics.csv`` (``benchmarks/curve_timing.py``; docs/benchmarks.md, "Seed by seed, the engine
+#: alone"). A cluster's shared file system is slower: ``--clock-of`` a pilot search there replaces
+#: it with what that search recorded.
 REPORT_SECONDS = 0.06
 
 

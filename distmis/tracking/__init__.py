@@ -1,7 +1,7 @@
 """Tracking: MLflow parent/child runs of a search, plots of its results."""
 
 from distmis.tracking._callback import MlflowTrialCallback, PlottingPreload
-from distmis.tracking._mlflow import BACKOFF_MAX, START_SECONDS, SearchTracker
+from distmis.tracking._mlflow import BACKOFF_MAX, START_SECONDS, RunWriter, SearchTracker
 from distmis.tracking._plots import search_plots
 from distmis.tracking._uri import (
     experiment_id,
@@ -15,6 +15,7 @@ from distmis.tracking._uri import (
 __all__ = [
     "BACKOFF_MAX",
     "PlottingPreload",
+    "RunWriter",
     "MlflowTrialCallback",
     "START_SECONDS",
     "SearchTracker",

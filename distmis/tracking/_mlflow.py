@@ -31,7 +31,7 @@ from distmis.exceptions import TrackingError
 from distmis.files import write_json_atomic
 from distmis.redact import redact, redact_uri
 from distmis.schema import RunFile, Tag
-from distmis.tracking._uri import experiment_id, mlflow_client, start_run
+from distmis.tracking._uri import experiment_id, log_params, mlflow_client, start_run
 from distmis.waits import call_within, priority_lowered
 
 #: back-off between delivery attempts while MLflow does not answer (seconds, doubling)
@@ -229,12 +229,14 @@ class _Channel:
 
     def run_id(self, key: str) -> str:
         with self.lock:
+            if key.startswith(RUN_ID_PREFIX):  # a run that is not this output's own (a compared search's)
+                return key.removeprefix(RUN_ID_PREFIX)
             if key == "parent":
                 return self.state["parent_run_id"]
             return self.state["trials"][key]["run_id"]
 
     def execute(self, op: dict[str, Any]) -> None:
-        from mlflow.entities import Metric, Param, RunTag
+        from mlflow.entities import Metric, RunTag
 
         kind = op["op"]
         if kind == "create_child":
@@ -249,9 +251,7 @@ class _Channel:
                     self.save()  # the mapping first: a retry or a crash now must not create the run twice
             # on a retry (the server went away after the run was created) the params are sent
             # again: logging a param with the value it already has is allowed by MLflow
-            params = [Param(k, v[:6000]) for k, v in op["params"].items()]
-            for i in range(0, len(params), 100):
-                self.client.log_batch(run_id, params=params[i : i + 100])
+            log_params(self.client, run_id, op["params"])
         elif kind == "metrics":
             metrics = [
                 Metric(k, float(v), int(op["timestamp"] * 1000), int(op["step"])) for k, v in op["metrics"].items()
@@ -260,7 +260,7 @@ class _Channel:
         elif kind == "tags":
             self.client.log_batch(self.run_id(op["run"]), tags=[RunTag(k, str(v)) for k, v in op["tags"].items()])
         elif kind == "params":
-            self.client.log_batch(self.run_id(op["run"]), params=[Param(k, str(v)) for k, v in op["params"].items()])
+            log_params(self.client, self.run_id(op["run"]), op["params"])
         elif kind == "artifacts":
             path = Path(op["path"])
             if path.is_dir():
@@ -274,6 +274,9 @@ class _Channel:
         else:
             raise ValueError(f"unknown tracking operation {kind!r}")
 
+
+#: an operation's ``run`` that names a run by its id rather than by its role in this output
+RUN_ID_PREFIX = "run-id:"
 
 _LIVE_URIS: dict[str, str] = {}  # redacted address -> the address with credentials, this process only
 
@@ -452,3 +455,100 @@ class SearchTracker:
             self._submit({"op": "artifacts", "run": "parent", "path": str(path)})
         self._submit({"op": "terminate", "run": "parent", "status": status})
         return self.channel.wait_empty(wait_seconds)
+
+
+class RunWriter:
+    """One MLflow run that is not a search's (a comparison's, an evaluation's), written as a search's
+    runs are: opened at once, so that its id can be recorded and runs nested under it, then every
+    metric, tag, file and its end queued in ``out`` (``mlflow_pending.json``) and delivered by the
+    background sender. An outage delays them; it never loses them, and a command taken up again in
+    ``out`` sends what is left.
+    """
+
+    def __init__(self, uri: str, out: Path) -> None:
+        self.uri, self.out = uri, Path(out)
+
+    @property
+    def channel(self) -> _Channel:
+        return _Channel.of(self.uri, self.out)
+
+    @property
+    def run_id(self) -> str | None:
+        return self.channel.state.get("parent_run_id")
+
+    def open(
+        self,
+        experiment: str,
+        name: str,
+        *,
+        tags: dict[str, str],
+        params: dict[str, Any] | None = None,
+        parent_run_id: str | None = None,
+        run_id: str | None = None,
+        experiment_id_known: str | None = None,
+    ) -> str:
+        """Open the run (``run_id``: reattach to it) within :data:`START_SECONDS`; its id.
+        ``experiment_id_known``: the experiment's id as a parent run recorded it (not looked up by name).
+
+        Raises:
+            TrackingError: the store cannot be reached or used.
+        """
+
+        def create() -> tuple[str, str]:
+            client = self.channel.client  # it imports the store's driver: a missing one is an unusable store
+            exp_id = experiment_id_known or experiment_id(client, self.uri, experiment)
+            if run_id:
+                client.update_run(run_id, status="RUNNING")
+                return exp_id, run_id
+            return exp_id, start_run(client, exp_id, name, tags=tags, params=params, parent_run_id=parent_run_id)
+
+        try:
+            exp_id, opened = call_within(START_SECONDS, create, name="distmis-mlflow-start")
+        except Exception as exc:  # noqa: BLE001 - the store is down, hangs, refuses, or the URI is wrong
+            raise TrackingError(
+                f"MLflow tracking store {redact_uri(self.uri)} is unreachable or unusable: {type(exc).__name__}: "
+                f"{redact(str(exc).splitlines()[0][:300] if str(exc) else '')}"
+            ) from None
+        with self.channel.lock:
+            self.channel.state.update(
+                {
+                    "tracking_uri": redact_uri(self.uri),
+                    "experiment": experiment,
+                    "experiment_id": exp_id,
+                    "parent_run_id": opened,
+                }
+            )
+            self.channel.save()
+        self.channel.wake()  # what an earlier, interrupted command left queued
+        return opened
+
+    def log_metrics(self, metrics: dict[str, float], *, step: int = 0) -> None:
+        clean = {k: float(v) for k, v in metrics.items() if v is not None}
+        self.channel.submit(
+            {"op": "metrics", "run": "parent", "step": step, "metrics": clean, "timestamp": time.time()}
+        )
+
+    def set_tags(self, tags: dict[str, str], *, run_id: str | None = None) -> None:
+        """Tags on this run, or on another run by its id (a compared search's parent run)."""
+        target = f"{RUN_ID_PREFIX}{run_id}" if run_id else "parent"
+        self.channel.submit({"op": "tags", "run": target, "tags": tags})
+
+    def log_files(self, paths: list[Path], artifact_path: str | None = None) -> None:
+        for path in paths:
+            self.channel.submit({"op": "artifacts", "run": "parent", "path": str(path), "artifact_path": artifact_path})
+
+    def deliver(self, wait_seconds: float) -> bool:
+        """Send what is queued (an earlier command's too), waiting ``wait_seconds`` without progress at most."""
+        return self.channel.wait_empty(wait_seconds)
+
+    def close(self, status: str, wait_seconds: float) -> bool:
+        """End the run; waits (``wait_seconds`` without progress at most) until everything is
+        delivered, and says where it stays queued when not."""
+        self.channel.submit({"op": "terminate", "run": "parent", "status": status})
+        delivered = self.channel.wait_empty(wait_seconds)
+        if not delivered:
+            notify(
+                f"distmis: warning: MLflow at {redact_uri(self.uri)} did not receive everything within "
+                f"{wait_seconds:g} s; the rest is kept in {self.out / RunFile.MLFLOW_PENDING}"
+            )
+        return delivered

@@ -73,16 +73,21 @@ def start_run(
     Every run distmis opens goes through here: a search's and a compare's parent runs, a trial's,
     finalize's and an evaluation's nested ones, so that nesting and parameters are written alike.
     """
-    from mlflow.entities import Param
-
     if parent_run_id:
         tags = {"mlflow.parentRunId": parent_run_id, **tags}
     run_id: str = client.create_run(experiment, run_name=name, tags=tags).info.run_id
     if params:
-        items = [Param(k, str(v)) for k, v in params.items()]
-        for start in range(0, len(items), 100):  # MLflow takes at most 100 parameters per batch
-            client.log_batch(run_id, params=items[start : start + 100])
+        log_params(client, run_id, params)
     return run_id
+
+
+def log_params(client: Any, run_id: str, params: dict[str, Any]) -> None:
+    """Parameters in batches of 100, the most MLflow takes in one call; values cut to its 6,000 characters."""
+    from mlflow.entities import Param
+
+    items = [Param(k, str(v)[:6000]) for k, v in params.items()]
+    for start in range(0, len(items), 100):
+        client.log_batch(run_id, params=items[start : start + 100])
 
 
 def artifact_root(uri: str, experiment: str) -> str | None:

@@ -160,9 +160,9 @@ def claimed(plan: SearchPlan) -> Iterator[OutputClaim]:
 
 def record_splits(out: Path, prepared: Path, *, resume: bool) -> None:
     """A new search records its case splits (``splits.json``); a resumed one must find them unchanged."""
-    from distmis.data import SPLITS_FILE, CaseSplits, check_same_splits, load_manifest, read_search_splits
+    from distmis.data import SPLITS_FILE, check_same_splits, load_manifest, read_search_splits
 
-    now = CaseSplits.of_manifest(load_manifest(prepared).info)
+    now = load_manifest(prepared).info.case_splits
     recorded = read_search_splits(out) if resume else None
     if recorded is not None:
         check_same_splits(recorded, now, recorded_in=f"the search {out} ({SPLITS_FILE})", data=prepared)

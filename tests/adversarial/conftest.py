@@ -105,9 +105,7 @@ def assets(tmp_path_factory: pytest.TempPathFactory) -> Assets:
     env = {"DISTMIS_DATA_HOME": str(cache)}
     raw = write_msd(root / "raw")
     prepared = root / "prepared"
-    for argv in (
-        ["prepare", str(raw), str(prepared), "--shape", "16,16,16", "--split", "0.5,0.25,0.25", "--shards", "1"],
-    ):
+    for argv in (["prepare", str(raw), str(prepared), "--shape", "16,16,16", "--split", "0.5,0.25,0.25"],):
         result = run_distmis(argv, cwd=root, env=env)
         assert result.returncode == 0, result.stderr[-3000:]
     config = root / "train.yaml"

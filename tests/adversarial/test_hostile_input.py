@@ -392,9 +392,7 @@ def sampled_groups_do_not_divide_filters(ws: Workspace):
 
 @case("late-failure")
 def prepared_shape_depth_cannot_halve(ws: Workspace):
-    result = run_distmis(
-        ["prepare", str(ws.assets.raw), str(ws.dir / "odd"), "--shape", "7,7,7", "--shards", "1"], cwd=ws.dir
-    )
+    result = run_distmis(["prepare", str(ws.assets.raw), str(ws.dir / "odd"), "--shape", "7,7,7"], cwd=ws.dir)
     assert result.returncode == 0, result.stderr
     path = ws.file(
         "space.yaml",
@@ -419,7 +417,7 @@ def patch_choice_larger_than_prepared(ws: Workspace):
 @case("late-failure")
 def validation_metric_without_validation_cases(ws: Workspace):
     result = run_distmis(
-        ["prepare", str(ws.assets.raw), str(ws.dir / "noval"), "--shape", "16", "--split", "1,0,0", "--shards", "1"],
+        ["prepare", str(ws.assets.raw), str(ws.dir / "noval"), "--shape", "16", "--split", "1,0,0"],
         cwd=ws.dir,
     )
     assert result.returncode == 0, result.stderr
@@ -616,21 +614,9 @@ def negative_workers(ws: Workspace):
 
 
 @case("traceback")
-def negative_workers_old_spelling(ws: Workspace):
-    ws.raw("data")
-    return ["prepare", "data", "out", "--workers", "-2"], "--workers"
-
-
-@case("traceback")
 def negative_seed(ws: Workspace):
     ws.raw("data")
     return ["prepare", "data", "out", "--seed", "-1"], "--seed"
-
-
-@case("traceback")
-def zero_shards(ws: Workspace):
-    ws.raw("data")
-    return ["prepare", "data", "out", "--shards", "0"], "--shards"
 
 
 @case("traceback")

@@ -60,7 +60,7 @@ def test_prepare_with_a_linked_sibling_lock(assets: Assets, tmp_path: Path) -> N
     ws = Workspace(tmp_path, assets)
     raw = ws.raw()
     _link(ws.dir / ".prepared.distmis-lock", _victim(ws))
-    argv = ["prepare", str(raw), "prepared", "--shape", "16,16,16", "--split", "0.5,0.25,0.25", "--shards", "1"]
+    argv = ["prepare", str(raw), "prepared", "--shape", "16,16,16", "--split", "0.5,0.25,0.25"]
     check_case("prepare_lock_link", "links", ws, argv, ".prepared.distmis-lock")
 
 
@@ -329,7 +329,7 @@ def test_prepare_train_evaluate_and_predict_open_nothing_through_a_link(assets: 
         "model: {depth: 2, filters: 4, norm: none}\n",
     )
     for argv in (
-        ["prepare", str(raw), "prepared", "--shape", "16,16,16", "--split", "0.5,0.25,0.25", "--shards", "1"],
+        ["prepare", str(raw), "prepared", "--shape", "16,16,16", "--split", "0.5,0.25,0.25"],
         ["train", str(config), "--out", "run"],
         ["evaluate", "run/best", "prepared", "--split", "test", "--no-track", "--out", "scores"],
         ["predict", "run/best", str(raw / "imagesTs"), "--out", "segs"],

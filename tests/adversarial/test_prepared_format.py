@@ -37,7 +37,7 @@ def _first_train_case(prepared: Path) -> str:
     return json.loads((prepared / "info.json").read_text())["splits"]["train"]["cases"][0]
 
 
-def test_a_dataset_of_the_older_format_is_refused_with_the_command_to_prepare_it_again(
+def test_a_dataset_of_another_format_is_refused_with_the_command_to_prepare_it_again(
     assets: Assets, tmp_path: Path
 ) -> None:
     ws = Workspace(tmp_path, assets)
@@ -48,7 +48,9 @@ def test_a_dataset_of_the_older_format_is_refused_with_the_command_to_prepare_it
     (prepared / "info.json").write_text(json.dumps(info))
     check_case("old-format", "record", ws, ["train", str(_train_config(ws, prepared)), "--out", "run"], "info.json")
     result = run_distmis(["visualize", "prepared", "--out", "case.png"], cwd=ws.dir)
-    assert "older distmis" in result.stderr and "distmis prepare" in result.stderr, result.stderr
+    assert "format 'distmis-prepared/1', expected" in result.stderr and "distmis prepare" in result.stderr, (
+        result.stderr
+    )
     assert "--overwrite --shape 16,16,16" in result.stderr, result.stderr
 
 

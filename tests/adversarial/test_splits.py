@@ -19,7 +19,7 @@ SPACE = "  lr: {loguniform: [1.0e-3, 1.0e-2]}\n"
 def _prepare_again(ws: Workspace, prepared: Path, *, seed: int) -> None:
     """``prepare --overwrite`` of the same data with another split, as a user would run it."""
     raw = ws.raw("raw-again")
-    argv = ["prepare", str(raw), str(prepared), "--shape", "16,16,16", "--split", "0.5,0.25,0.25", "--shards", "1"]
+    argv = ["prepare", str(raw), str(prepared), "--shape", "16,16,16", "--split", "0.5,0.25,0.25"]
     result = run_distmis(
         [*argv, "--seed", str(seed), "--overwrite"], cwd=ws.dir, env={"DISTMIS_DATA_HOME": str(ws.dir)}
     )

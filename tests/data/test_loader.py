@@ -9,7 +9,17 @@ import numpy as np
 import tensorflow as tf
 
 from distmis.config import AugmentConfig
-from distmis.data import Manifest, PatchSampler, augment, eval_batches, load_manifest, make_dataset, write_case
+from distmis.data import (
+    FORMAT,
+    Manifest,
+    PatchSampler,
+    PreparedInfo,
+    augment,
+    eval_batches,
+    load_manifest,
+    make_dataset,
+    write_case,
+)
 
 
 def test_training_batches_have_the_worker_share_only(prepared16: Path) -> None:
@@ -91,15 +101,23 @@ def _one_case(tmp_path: Path, label: np.ndarray, image: np.ndarray, classes: int
     """A prepared directory of one multiclass case, written by the real case writer."""
     record = write_case(tmp_path, "C", image, label)
     info = {
+        "format": FORMAT,
+        "source": {"path": str(tmp_path)},
         "shape": list(label.shape),
         "channels": image.shape[-1],
+        "modalities": [f"channel {c}" for c in range(image.shape[-1])],
         "num_classes": classes,
         "label_mode": "multiclass",
         "labels": {str(v): f"class {v}" for v in range(classes)},
+        "preprocessing": {
+            "normalisation": "zscore_nonzero_per_channel",
+            "resize": "crop_pad",
+            "shape": list(label.shape),
+        },
         "splits": {"train": {"cases": ["C"], "num_cases": 1}},
         "cases": {"C": record},
     }
-    return Manifest(root=tmp_path, info=info)
+    return Manifest(root=tmp_path, info=PreparedInfo.model_validate(info))
 
 
 def test_foreground_patches_centre_on_every_class_alike(tmp_path: Path) -> None:
@@ -159,7 +177,7 @@ def test_a_case_damaged_in_place_with_its_mtime_restored_is_hashed_again(
     manifest = load_manifest(prepared)
     verify_cases(manifest, "train")
     case = manifest.cases("train")[0]
-    image = prepared / manifest.case_files()[case]["image"]["file"]
+    image = prepared / manifest.case_files()[case].image.file
     before = image.stat()
     data = bytearray(image.read_bytes())
     data[len(data) // 2] ^= 0xFF

@@ -32,13 +32,14 @@ def test_schemes_by_modality_and_by_choice() -> None:
 def test_ct_is_normalised_by_the_training_foreground_not_per_case(tmp_path: Path) -> None:
     raw = write_ct(tmp_path / "ct")
     manifest = prepare_dataset(raw, tmp_path / "prep", PrepareConfig(shape=(16, 16, 16), split=(0.75, 0.25, 0.0)))
-    spec = manifest["preprocessing"]["channel_normalisation"]
+    spec = manifest.preprocessing.normalisation_spec
+    assert spec is not None
     assert [c["scheme"] for c in spec] == ["ct"]
     low, high = spec[0]["clip"]
     assert 60 < low < 120 < high < 200  # the lesion's range: air (-1000) and soft tissue are outside it
     # the same record travels with every model trained on it
     info = load_manifest(tmp_path / "prep").info
-    assert info["preprocessing"]["channel_normalisation"] == spec
+    assert info.preprocessing.normalisation_spec == spec
     image = np.asarray(nib.load(raw / "imagesTr" / "CT_0.nii.gz").dataobj, np.float32)[..., None]
     out = normalize(image, spec)[..., 0]
     air, water = image[..., 0] == -1000, image[..., 0] == 0
@@ -56,5 +57,5 @@ def test_ct_override_and_recorded_choice(tmp_path: Path) -> None:
     manifest = prepare_dataset(
         raw, tmp_path / "prep", PrepareConfig(shape=(16, 16, 16), split=(0.75, 0.25, 0.0), normalization="zscore")
     )
-    assert manifest["preprocessing"]["channel_normalisation"] == [{"scheme": "zscore"}]
-    assert manifest["preprocessing"]["normalisation"] == "zscore_nonzero_per_channel"
+    assert manifest.preprocessing.normalisation_spec == [{"scheme": "zscore"}]
+    assert manifest.preprocessing.normalisation == "zscore_nonzero_per_channel"

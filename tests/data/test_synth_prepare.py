@@ -53,11 +53,11 @@ def test_split_is_deterministic_and_complete() -> None:
 def test_prepare_roundtrip_reproduces_preprocessed_voxels(msd16: Path, prepared16: Path) -> None:
     manifest = load_manifest(prepared16)
     info = manifest.info
-    assert info["shape"] == [16, 16, 16] and info["channels"] == 4 and info["num_classes"] == 1
-    assert sum(info["splits"][s]["num_cases"] for s in ("train", "val", "test")) == 12
-    for record in info["cases"].values():
-        for entry in record["files"].values():
-            assert len(entry["sha256"]) == 64 and (prepared16 / entry["file"]).is_file()
+    assert info.shape == (16, 16, 16) and info.channels == 4 and info.num_classes == 1
+    assert sum(info.splits[s].num_cases for s in ("train", "val", "test")) == 12
+    for record in info.cases.values():
+        for entry in (record.files.image, record.files.label, record.files.foreground):
+            assert len(entry.sha256) == 64 and (prepared16 / entry.file).is_file()
     case_id, image, label, _ = read_case(prepared16, "val", 0)
     raw = nib.load(msd16 / "imagesTr" / f"{case_id}.nii.gz").get_fdata().astype(np.float32)
     raw_label = nib.load(msd16 / "labelsTr" / f"{case_id}.nii.gz").get_fdata()
@@ -96,7 +96,7 @@ def test_3d_single_modality_and_multiclass(tmp_path: Path) -> None:
     info = prepare_dataset(
         src, tmp_path / "out", PrepareConfig(shape=(16, 16, 16), label_mode="multiclass", split=(0.5, 0.25, 0.25))
     )
-    assert info["channels"] == 1 and info["num_classes"] == 4
+    assert info.channels == 1 and info.num_classes == 4
     _, image, label, _ = read_case(tmp_path / "out", "train", 0)
     assert image.shape == (16, 16, 16, 1) and label.max() <= 3
 
@@ -107,7 +107,7 @@ def test_appledouble_files_are_ignored(msd16: Path, tmp_path: Path) -> None:
     for sub in ("imagesTr", "labelsTr"):
         (src / sub / "._SYNTH_000.nii.gz").write_bytes(b"\x00\x05\x16\x07 AppleDouble junk")
     info = prepare_dataset(src, tmp_path / "out", PrepareConfig(shape=(16, 16, 16)))
-    total = sum(s["num_cases"] for s in info["splits"].values())
+    total = sum(s.num_cases for s in info.splits.values())
     assert total == 12
 
 
@@ -250,5 +250,5 @@ def test_the_data_cache_notices_a_source_file_changed_in_place(msd16: Path, tmp_
     second = resolve_prepared(data)
     assert second != first
     case = label.name.removesuffix(".nii.gz")
-    files = [load_manifest(p).info["cases"][case]["files"]["label"]["sha256"] for p in (first, second)]
+    files = [load_manifest(p).info.cases[case].files.label.sha256 for p in (first, second)]
     assert files[0] != files[1]

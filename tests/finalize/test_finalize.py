@@ -34,18 +34,17 @@ def _distmis(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[st
 
 def test_folds_are_disjoint_cover_train_and_validation_and_never_the_test_split(prepared16: Path) -> None:
     manifest = load_manifest(prepared16)
-    splits = manifest.info["splits"]
-    usable = sorted(splits["train"]["cases"] + splits["val"]["cases"])
+    usable = sorted(manifest.cases("train") + manifest.cases("val"))
     groups = fold_groups(cv_cases(manifest), FOLDS, seed=0)
     assert sorted(c for g in groups for c in g) == usable  # every train + validation case, once
     assert all(not set(a) & set(b) for i, a in enumerate(groups) for b in groups[i + 1 :])
-    assert not set(splits["test"]["cases"]) & set(usable)
+    assert not set(manifest.cases("test")) & set(usable)
     assert max(map(len, groups)) - min(map(len, groups)) <= 1
     assert fold_groups(cv_cases(manifest), FOLDS, seed=0) == groups  # deterministic
     for index, group in enumerate(groups):
         view = fold_view(manifest, index, FOLDS, 0)
-        assert view.info["splits"]["val"]["cases"] == group
-        assert sorted(view.info["splits"]["train"]["cases"]) == sorted(set(usable) - set(group))
+        assert view.cases("val") == group
+        assert sorted(view.cases("train")) == sorted(set(usable) - set(group))
         # the loader reads exactly the fold's cases: compare the volumes with each case's own
         wanted = {read_case(prepared16, *_where(manifest, c))[1].tobytes() for c in group}
         batches = make_dataset(view, "val", batch_size=1, training=False)
@@ -118,7 +117,7 @@ def test_finalize_chooses_by_cross_validation_and_writes_an_ensemble(search: Pat
     best = _distmis("evaluate", str(search / "best"), "--split", "test")
     assert best.returncode == 0, best.stdout[-2000:] + best.stderr[-2000:]
     assert json.loads((search / "evaluate-test" / "summary.json").read_text())["model"] != summary["model"]
-    raw = Path(load_manifest(json.loads((search / "summary.json").read_text())["prepared"]).info["source"]["path"])
+    raw = Path(load_manifest(json.loads((search / "summary.json").read_text())["prepared"]).info.source.path)
     scan = next((raw / "imagesTs").glob("*.nii.gz"))
     predicted = _distmis("predict", str(final), str(scan), "--out", str(tmp_path / "pred.nii.gz"))
     assert predicted.returncode == 0, predicted.stderr[-2000:]
@@ -137,7 +136,7 @@ def test_a_final_with_a_member_missing_its_weights_is_refused_by_name(search: Pa
     shutil.copytree(final, broken)
     member = json.loads((broken / "ensemble.json").read_text())["members"][1]
     (broken / member / "weights.npz").unlink()
-    raw = Path(load_manifest(json.loads((search / "summary.json").read_text())["prepared"]).info["source"]["path"])
+    raw = Path(load_manifest(json.loads((search / "summary.json").read_text())["prepared"]).info.source.path)
     result = _distmis("predict", str(broken), str(raw / "imagesTs"), "--out", str(tmp_path / "preds"))
     assert result.returncode == 2, result.stdout[-1500:] + result.stderr[-1500:]
     errors = [line for line in result.stderr.splitlines() if line.startswith("distmis: error:")]

@@ -16,20 +16,14 @@ import yaml
 
 from distmis.cli import main
 from distmis.config import load_config
-from distmis.simulate import (
+from distmis.simulate import Curve, CurveError, StartupCosts, curves_of_search, read_table, simulate_search, write_table
+from distmis.simulate.study import (
     REPORT_SECONDS,
-    Curve,
-    CurveError,
     NearestCurves,
-    StartupCosts,
     cold_first_epoch_seconds,
-    curves_of_search,
     on_clock,
-    read_table,
     read_tables,
-    simulate_search,
     typed_for,
-    write_table,
 )
 from distmis.space import grid_points
 
@@ -298,7 +292,7 @@ def test_the_drivers_own_work_queues_the_results_of_many_trials_and_not_those_of
 
 
 def test_report_seconds_are_the_gaps_between_one_epochs_end_and_the_next_ones_start() -> None:
-    from distmis.simulate import report_seconds
+    from distmis.simulate.study import report_seconds
 
     # epochs of 1, 2 and 3 s ending at 10, 12.5 and 16: the second began at 10.5, the third at 13
     assert report_seconds([1.0, 2.0, 3.0], [10.0, 12.5, 16.0]) == [pytest.approx(0.5), pytest.approx(0.5), None]
@@ -609,7 +603,7 @@ def test_the_command_writes_table_png_and_json(tmp_path: Path, table_file: Path)
     assert len(summary["methods"]["random"]["seeds"]) == 3
     assert (out / "best_so_far.png").read_bytes()[:4] == b"\x89PNG"
     assert "| random |" in (out / "summary.md").read_text()
-    from distmis.simulate import DRIVER_SECONDS_PER_RESULT, DRIVER_SECONDS_PER_TRIAL
+    from distmis.simulate.study import DRIVER_SECONDS_PER_RESULT, DRIVER_SECONDS_PER_TRIAL
 
     costs = summary["methods_detail"]["random"]["startup_costs"]
     assert (costs["driver_per_result"], costs["driver_per_trial"]) == (
@@ -902,7 +896,8 @@ def test_a_simulation_estimated_past_the_bound_is_refused_before_any_work(
 
 def test_a_best_not_yet_reported_and_a_target_never_reached_read_as_words() -> None:
     """Nothing reported by 25 % of the horizon is "not yet", not ``inf`` (or ``-inf``)."""
-    from distmis.simulate import analyse, table_text
+    from distmis.simulate import analyse
+    from distmis.simulate.study import table_text
 
     runs = {
         "m": {

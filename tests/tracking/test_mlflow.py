@@ -396,3 +396,44 @@ def test_credentials_never_leave_the_uri(tmp_path: Path) -> None:
     # --resume completes the recorded (redacted) address from the one given again
     assert reattach_uri(redact_uri(uri), uri, None, tmp_path) == uri
     assert reattach_uri("http://127.0.0.1:5000", None, None, tmp_path) == "http://127.0.0.1:5000"
+
+
+def test_a_run_that_is_not_a_search_keeps_what_an_outage_withheld_and_sends_it_later(tmp_path: Path) -> None:
+    """An evaluation's or a comparison's run (``RunWriter``): metrics, a tag on another run and a
+    file logged while the server is down stay queued in ``out``; the run's end waits a bounded time
+    and says so; the same output taken up again after the server is back delivers all of it once."""
+    from distmis.tracking import RunWriter, SearchTracker
+
+    server = MlflowServer(tmp_path / "server").start()
+    out, search_out = tmp_path / "out", tmp_path / "search"
+    out.mkdir()
+    search_out.mkdir()
+    try:
+        search_run = SearchTracker(server.uri, "writer", search_out).start(params={}, tags={}, artifacts=[])
+        writer = RunWriter(server.uri, out)
+        run_id = writer.open("writer", "evaluate-test", tags={"distmis.kind": "evaluation"}, params={"p": 1})
+        server.stop()
+        (out / "summary.json").write_text("{}")
+        writer.log_metrics({"dice_mean": 0.81, "cases_scored": 4})
+        writer.set_tags({"distmis.compare_mode": "data"}, run_id=search_run)
+        writer.log_files([out / "summary.json"])
+        assert not writer.close("FINISHED", wait_seconds=1)
+        assert (out / RunFile.MLFLOW_PENDING).is_file()
+        server.start()
+        code = (
+            "import sys; from distmis.tracking import RunWriter; w = RunWriter(sys.argv[1], sys.argv[2]); "
+            "print(w.run_id, w.deliver(60))"
+        )
+        done = subprocess.run(  # another process: only what is on disk
+            [sys.executable, "-c", code, server.uri, str(out)], capture_output=True, text=True, timeout=120
+        )
+        assert done.stdout.split() == [run_id, "True"], done.stdout + done.stderr
+        assert not (out / RunFile.MLFLOW_PENDING).exists()
+        client = MlflowClient(tracking_uri=server.uri)
+        run = client.get_run(run_id)
+        assert run.data.metrics == {"dice_mean": 0.81, "cases_scored": 4.0}
+        assert run.data.params == {"p": "1"} and run.info.status == "FINISHED"
+        assert [a.path for a in client.list_artifacts(run_id)] == ["summary.json"]
+        assert client.get_run(search_run).data.tags["distmis.compare_mode"] == "data"
+    finally:
+        server.stop()
