@@ -479,23 +479,36 @@ def _section_fields(section: str) -> dict[str, Any]:
     return dict(annotation.model_fields)
 
 
-def resolve_param_name(name: str) -> str:
-    """Map a ``space`` key to the dotted field it sets (``lr`` -> ``optimizer.lr``).
+def _field_paths(section: str) -> list[str]:
+    """Every field a search may set in ``section``: its own, and those of a nested section
+    (``augment.rotation`` in ``train``), so that a search varies one transform, not the whole group."""
+    paths = []
+    for name, info in _section_fields(section).items():
+        paths.append(name)
+        nested = info.annotation
+        if isinstance(nested, type) and issubclass(nested, BaseModel):
+            paths += [f"{name}.{leaf}" for leaf in nested.model_fields]
+    return paths
 
-    Short names are accepted when they are unique across the searchable sections, which keeps
-    the common search-space files short; dotted names are always accepted.
+
+def resolve_param_name(name: str) -> str:
+    """Map a ``space`` key to the dotted field it sets (``lr`` -> ``optimizer.lr``, ``rotation``
+    -> ``train.augment.rotation``).
+
+    Short names (a field's own name) are accepted when they are unique across the searchable
+    sections, which keeps the common search-space files short; dotted names are always accepted.
     """
     if "." in name:
         section, _, fld = name.partition(".")
-        if section not in SEARCHABLE_SECTIONS or fld not in _section_fields(section):
+        if section not in SEARCHABLE_SECTIONS or fld not in _field_paths(section):
             raise ValueError(f"unknown field {name!r}; expected <{'|'.join(SEARCHABLE_SECTIONS)}>.<field>")
         return name
-    owners = [s for s in SEARCHABLE_SECTIONS if name in _section_fields(s)]
+    owners = [f"{s}.{path}" for s in SEARCHABLE_SECTIONS for path in _field_paths(s) if path.split(".")[-1] == name]
     if len(owners) == 1:
-        return f"{owners[0]}.{name}"
+        return owners[0]
     if len(owners) > 1:
-        raise ValueError(f"{name!r} is ambiguous: write one of {[f'{o}.{name}' for o in owners]}")
-    known = [f for s in SEARCHABLE_SECTIONS for f in _section_fields(s)]
+        raise ValueError(f"{name!r} is ambiguous: write one of {owners}")
+    known = [path.split(".")[-1] for s in SEARCHABLE_SECTIONS for path in _field_paths(s)]
     hint = difflib.get_close_matches(name, known, n=1)
     extra = f" (did you mean {hint[0]!r}?)" if hint else ""
     raise ValueError(f"unknown searchable field {name!r}{extra}")
@@ -509,8 +522,11 @@ def apply_params(config: ExperimentConfig, params: dict[str, Any]) -> Experiment
     """Return a copy of ``config`` with searched ``params`` set (validated like the file)."""
     data = config.to_yaml_dict()
     for key, value in params.items():
-        section, _, fld = (key if key in TRIAL_KEYS else resolve_param_name(key)).partition(".")
-        data[section][fld] = value
+        section, *parents, fld = (key if key in TRIAL_KEYS else resolve_param_name(key)).split(".")
+        target = data[section]
+        for parent in parents:  # a nested section's field (train.augment.rotation)
+            target = target.setdefault(parent, {})
+        target[fld] = value
     data["space"] = {}
     return ExperimentConfig.model_validate(data)
 

@@ -162,3 +162,28 @@ def test_starting_points_are_accepted_for_the_samplers(tmp_path: Path) -> None:
         tmp_path, "search: {algorithm: optuna, points: [{lr: 5.0e-3}]}\nspace:\n  lr: {loguniform: [1.0e-4, 1.0e-2]}\n"
     )
     assert load_config(path, require_space=True).search.points == [{"lr": 5.0e-3}]
+
+
+def test_a_search_varies_one_augmentation_at_a_time(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """nnU-Net's transforms are keys a search can vary, each on its own (``rotation``, or dotted
+    ``train.augment.nnunet_intensity``), without restating the whole ``train.augment`` group."""
+    assert resolve_param_name("rotation") == "train.augment.rotation"
+    assert resolve_param_name("train.augment.nnunet_intensity") == "train.augment.nnunet_intensity"
+    with pytest.raises(ValueError, match="train.augment.rotatoin"):
+        resolve_param_name("train.augment.rotatoin")
+    base = ExperimentConfig.model_validate({"name": "x", "train": {"augment": {"noise": 0.05}}})
+    tried = apply_params(base, {"rotation": 30.0, "train.augment.scale": [0.7, 1.4], "lr": 1e-3})
+    assert tried.train.augment.rotation == 30.0 and tried.train.augment.scale == (0.7, 1.4)
+    assert tried.train.augment.noise == 0.05 and tried.train.augment.flip  # the rest of the group kept
+    with pytest.raises(ValueError, match="rotation"):
+        apply_params(base, {"rotation": 400.0})
+    space = tmp_path / "space.yaml"
+    space.write_text(
+        "name: s\nspace:\n  rotation: {choice: [0, 30]}\n  nnunet_intensity: {uniform: [0.0, 1.0]}\n"
+        "  lr: {loguniform: [1.0e-4, 1.0e-2]}\n"
+    )
+    assert main(["validate", str(space)]) == 0
+    assert "train.augment.rotation" in capsys.readouterr().out
+    space.write_text("name: s\nspace:\n  rotation: {choice: [0, 400]}\n")
+    assert main(["validate", str(space)]) == 2
+    assert "rotation" in capsys.readouterr().err
