@@ -40,14 +40,16 @@ class Recipe:
     space: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: the recipe's own values of the searched parameters: ``search.points[0]``
     point: dict[str, Any] = field(default_factory=dict)
+    #: the depth rule: one level per halving while the deepest maps keep this many voxels ...
+    deepest_map: int = 16
+    #: ... within these levels
+    depth_range: tuple[int, int] = (3, 5)
 
     def depth(self, smallest_side: int) -> int:
         """The U-Net's levels for a patch whose smallest side is ``smallest_side``."""
-        if self.name == "nnunet":
-            # nnU-Net's planner: halve while the deepest maps keep NNUNET_MIN_FEATURE_MAP voxels, <= 6 stages
-            return max(2, min(6, int(math.log2(max(smallest_side, 8) / NNUNET_MIN_FEATURE_MAP)) + 1))
-        # one level per halving while the deepest maps keep 16 voxels, 3 to 5
-        return max(3, min(5, int(math.log2(max(smallest_side, 16) / 16)) + 1))
+        low, high = self.depth_range
+        halvings = int(math.log2(max(smallest_side, self.deepest_map) / self.deepest_map))
+        return max(low, min(high, halvings + 1))
 
 
 NNUNET = Recipe(
@@ -76,6 +78,9 @@ NNUNET = Recipe(
         "foreground_oversampling": {"choice": [0.33, 0.5]},
     },
     point={"lr": 1.0e-2, "momentum": 0.99, "deep_supervision": True, "foreground_oversampling": 0.33},
+    # nnU-Net's planner: halve while the deepest maps keep NNUNET_MIN_FEATURE_MAP voxels, at most 6 stages
+    deepest_map=NNUNET_MIN_FEATURE_MAP,
+    depth_range=(2, 6),
 )
 
 DISTMIS = Recipe(

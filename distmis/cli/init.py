@@ -78,7 +78,15 @@ def run(args: argparse.Namespace) -> int:
     from distmis.config import parse_duration
     from distmis.console import progress_bar as progress
     from distmis.data import INIT_HEADER as HEADER
-    from distmis.data import PlanOptions, fingerprint, plan_search, read_dataset_json, relative_source, unplannable
+    from distmis.data import (
+        PlanOptions,
+        dataset_text,
+        fingerprint,
+        plan_search,
+        read_dataset_json,
+        relative_source,
+        unplannable,
+    )
     from distmis.exceptions import ConfigError, DataError, OutputError
     from distmis.files import atomic_file
     from distmis.links import refuse_link
@@ -129,8 +137,7 @@ def run(args: argparse.Namespace) -> int:
         _check(tmp, out, ConfigError)
     for warning in fp["warnings"]:
         print(f"distmis: warning: {warning}")
-    name = json.dumps(str(fp["dataset"]), ensure_ascii=True)  # the dataset's text, on one line whatever it holds
-    print(f"wrote {out}: {name}, {fp['cases']} cases; search it with: distmis tune {out}")
+    print(f"wrote {out}: {dataset_text(fp['dataset'])}, {fp['cases']} cases; search it with: distmis tune {out}")
     return 0
 
 

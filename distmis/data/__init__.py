@@ -23,7 +23,15 @@ from distmis.data._normalize import SCHEMES as NORMALIZATIONS
 from distmis.data._normalize import channel_schemes, is_ct, normalize, zscore_nonzero
 from distmis.data._normalize import describe as describe_normalisation
 from distmis.data._plan import HEADER as INIT_HEADER
-from distmis.data._plan import MIN_TRIAL_STEPS, TRAINING_SHARE, PlanOptions, plan_search, relative_source, unplannable
+from distmis.data._plan import (
+    MIN_TRIAL_STEPS,
+    TRAINING_SHARE,
+    PlanOptions,
+    dataset_text,
+    plan_search,
+    relative_source,
+    unplannable,
+)
 from distmis.data._prepare import (
     crop_or_pad,
     prepare_dataset,
@@ -80,6 +88,7 @@ __all__ = [
     "check_case_headers",
     "crop_or_pad",
     "cv_cases",
+    "dataset_text",
     "describe_normalisation",
     "eval_batches",
     "fingerprint",

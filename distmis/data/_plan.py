@@ -322,7 +322,8 @@ def plan_search(
     plan = _decide(fingerprint, options, modalities)
     fp = fingerprint
     lines = [
-        HEADER + f" from the fingerprint of {_text(fp['dataset'])} ({fp['cases']} cases); each value says which rule "
+        HEADER
+        + f" from the fingerprint of {dataset_text(fp['dataset'])} ({fp['cases']} cases); each value says which rule "
         "gave it.",
         "# Search it:  distmis tune THIS_FILE        Then:  distmis evaluate runs/<name>/best --split test",
         f"# Recipe: {plan.recipe.name} (distmis init --recipe); its configuration is the search's first point.",
@@ -358,7 +359,7 @@ def _data_lines(plan: _Plan, source: str) -> list[str]:
             else "one spacing for all cases: crop or pad, no interpolation"
         ),
         f"    label_mode: {mode}      # {why}",
-        f"    normalization: [{', '.join(schemes)}]   # per modality [{', '.join(map(_text, plan.modalities))}]: CT by the training "
+        f"    normalization: [{', '.join(schemes)}]   # per modality [{', '.join(map(dataset_text, plan.modalities))}]: CT by the training "
         "foreground's range, others z-scored per case",
         (
             f"    split: [0.8, 0.1, 0.1]     # fewer than {SMALL_DATASET} labelled cases: most of them train; test "
@@ -369,7 +370,7 @@ def _data_lines(plan: _Plan, source: str) -> list[str]:
     ]
 
 
-def _text(value: object) -> str:
+def dataset_text(value: object) -> str:
     """Text from the dataset (its name, a modality's) as it may appear in a comment of the file: a
     JSON string, ASCII only, so that no line break of any kind (``\\n``, ``\\r``, U+0085, U+2028)
     can end the comment and turn the rest of the name into live YAML."""
@@ -490,6 +491,7 @@ def relative_source(dataset: Path, file: Path) -> str:
 
 __all__ = [
     "HEADER",
+    "dataset_text",
     "MIN_CASES",
     "MIN_TRIAL_STEPS",
     "PlanOptions",

@@ -23,6 +23,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -227,6 +228,20 @@ class _Channel:
             self.wake()
             time.sleep(0.2)
 
+    def record_run(self, experiment: str, experiment_id: str, run_id: str) -> None:
+        """Remember the output's own run (``parent``), written at once: a command taken up again
+        reattaches to it. The address is stored without credentials: a resume asks for them again."""
+        with self.lock:
+            self.state.update(
+                {
+                    "tracking_uri": redact_uri(self.uri),
+                    "experiment": experiment,
+                    "experiment_id": experiment_id,
+                    "parent_run_id": run_id,
+                }
+            )
+            self.save()
+
     def run_id(self, key: str) -> str:
         with self.lock:
             if key.startswith(RUN_ID_PREFIX):  # a run that is not this output's own (a compared search's)
@@ -273,6 +288,21 @@ class _Channel:
             self.client.update_run(self.run_id(op["run"]), **op["fields"])
         else:
             raise ValueError(f"unknown tracking operation {kind!r}")
+
+
+def _open_within(uri: str, create: Callable[[], tuple[str, str]], hint: str = "") -> tuple[str, str]:
+    """(experiment id, run id) of a run ``create`` opens, within :data:`START_SECONDS`.
+
+    Raises:
+        TrackingError: the store is down, hangs, refuses, or the URI is wrong: before any work.
+    """
+    try:
+        return call_within(START_SECONDS, create, name="distmis-mlflow-start")
+    except Exception as exc:  # noqa: BLE001 - any store or network error is the same refusal
+        raise TrackingError(
+            f"MLflow tracking store {redact_uri(uri)} is unreachable or unusable: {type(exc).__name__}: "
+            f"{redact(str(exc).splitlines()[0][:300] if str(exc) else '')}{hint}"
+        ) from None
 
 
 #: an operation's ``run`` that names a run by its id rather than by its role in this output
@@ -353,30 +383,15 @@ class SearchTracker:
             self._submit({"op": "update", "run": "parent", "fields": {"status": "RUNNING"}})
             return self.state["parent_run_id"]
 
-        def create() -> tuple[str, Any]:
+        def create() -> tuple[str, str]:
             exp_id = experiment_id(self.client, self.uri, self.experiment)
             name = run_name or self.experiment
             return exp_id, start_run(self.client, exp_id, name, tags={Tag.ROLE: "search", **tags})
 
-        try:
-            exp_id, parent = call_within(START_SECONDS, create, name="distmis-mlflow-start")
-        except Exception as exc:  # noqa: BLE001 - the store is down, hangs, refuses, or the URI is wrong
-            raise TrackingError(
-                f"MLflow tracking store {redact_uri(self.uri)} is unreachable or unusable: {type(exc).__name__}: "
-                f"{redact(str(exc).splitlines()[0][:300] if str(exc) else '')} (set --tracking-uri, tracking.uri "
-                "or MLFLOW_TRACKING_URI)"
-            ) from None
-        with self.channel.lock:
-            # the address is stored without credentials: --resume asks for them again
-            self.state.update(
-                {
-                    "tracking_uri": redact_uri(self.uri),
-                    "experiment": self.experiment,
-                    "experiment_id": exp_id,
-                    "parent_run_id": parent,
-                }
-            )
-            self.channel.save()
+        exp_id, parent = _open_within(
+            self.uri, create, hint=" (set --tracking-uri, tracking.uri or MLFLOW_TRACKING_URI)"
+        )
+        self.channel.record_run(self.experiment, exp_id, parent)
         self._submit({"op": "params", "run": "parent", "params": params})
         for path in artifacts:
             self._submit({"op": "artifacts", "run": "parent", "path": str(path)})
@@ -502,23 +517,8 @@ class RunWriter:
                 return exp_id, run_id
             return exp_id, start_run(client, exp_id, name, tags=tags, params=params, parent_run_id=parent_run_id)
 
-        try:
-            exp_id, opened = call_within(START_SECONDS, create, name="distmis-mlflow-start")
-        except Exception as exc:  # noqa: BLE001 - the store is down, hangs, refuses, or the URI is wrong
-            raise TrackingError(
-                f"MLflow tracking store {redact_uri(self.uri)} is unreachable or unusable: {type(exc).__name__}: "
-                f"{redact(str(exc).splitlines()[0][:300] if str(exc) else '')}"
-            ) from None
-        with self.channel.lock:
-            self.channel.state.update(
-                {
-                    "tracking_uri": redact_uri(self.uri),
-                    "experiment": experiment,
-                    "experiment_id": exp_id,
-                    "parent_run_id": opened,
-                }
-            )
-            self.channel.save()
+        exp_id, opened = _open_within(self.uri, create)
+        self.channel.record_run(experiment, exp_id, opened)
         self.channel.wake()  # what an earlier, interrupted command left queued
         return opened
 
