@@ -218,8 +218,6 @@ def test_cli_synth_prepare_visualize(tmp_path: Path) -> None:
                 "16,16,16",
                 "--split",
                 "0.5,0.25,0.25",
-                "--shards",
-                "1",
             ]
         )
         == 0
