@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import os
 import subprocess
@@ -111,10 +110,17 @@ class _CompareTracking:
         return self.writer.open(self.experiment, f"compare-{name}", tags=tags, params=params, run_id=run_id)
 
     def tag_mode(self, mode_dir: Path, mode: str) -> None:
-        state = mode_dir / RunFile.MLFLOW_STATE
-        if state.is_file():
-            search_run = json.loads(state.read_text())["parent_run_id"]
-            self.writer.set_tags({Tag.COMPARE_MODE: mode}, run_id=search_run)
+        from distmis.console import notify
+        from distmis.exceptions import TrackingError
+        from distmis.tracking import read_tracking_state
+
+        try:
+            state = read_tracking_state(mode_dir)
+        except TrackingError as exc:
+            notify(f"distmis: warning: the {mode} search's run is not tagged with its mode ({exc})")
+            return
+        if state is not None and state.parent_run_id:
+            self.writer.set_tags({Tag.COMPARE_MODE: mode}, run_id=state.parent_run_id)
 
     def finish(
         self, stats: list[ModeStats], target: float | None, files: list[Path], ok: bool, wait_seconds: float

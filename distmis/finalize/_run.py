@@ -71,8 +71,8 @@ def fold_config(plan: FinalizePlan) -> ExperimentConfig:
     data["name"] = f"{plan.config.name}-finalize"
     data["space"] = {}  # the points carry the parameters (and the fold) themselves
     data["search"].update(algorithm="points", points=points, num_samples=1, scheduler={"type": "none"})
-    data["tracking"]["experiment"] = plan.search_tracking.get("experiment") or plan.config.tracking.experiment
-    data["tracking"]["parent_run_id"] = plan.search_tracking.get("parent_run_id")
+    data["tracking"]["experiment"] = plan.search_tracking.experiment or plan.config.tracking.experiment
+    data["tracking"]["parent_run_id"] = plan.search_tracking.parent_run_id
     return ExperimentConfig.model_validate(data)
 
 
@@ -133,7 +133,7 @@ def check_finalize_store(plan: FinalizePlan, tracking_uri: str | None) -> None:
     from distmis.exceptions import TrackingError
     from distmis.redact import redact_uri, without_redacted
 
-    recorded = plan.search_tracking.get("tracking_uri")
+    recorded = plan.search_tracking.tracking_uri
     if not recorded:
         return
     if tracking_uri and redact_uri(tracking_uri) != recorded:
@@ -155,7 +155,7 @@ def start_finalize_tracking(plan: FinalizePlan, config: ExperimentConfig, tracki
     from distmis.redact import redact_uri
     from distmis.tracking import reattach_uri, resolve_tracking_uri
 
-    recorded = plan.search_tracking.get("tracking_uri")
+    recorded = plan.search_tracking.tracking_uri
     uri = (
         reattach_uri(recorded, tracking_uri, config.tracking.uri, plan.run)
         if recorded

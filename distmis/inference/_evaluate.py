@@ -20,7 +20,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -45,6 +45,9 @@ from distmis.inference._model import ModelRecord, read_model_record
 from distmis.inference._predict import CaseJob, CaseOutcome, PredictOptions, model_declares, predict_cases
 from distmis.inference._scores import METRICS, mask_metrics, summarise
 from distmis.schema import RunFile, Tag
+
+if TYPE_CHECKING:
+    from distmis.tracking import TrackingState
 
 _log = logging.getLogger(__name__)
 MAX_PICTURED = 4
@@ -400,21 +403,29 @@ def evaluate(
 
 
 # --------------------------------------------------------------------------- MLflow
-def search_tracking(model_dir: Path) -> dict[str, Any] | None:
-    """The MLflow runs a model directory came from: ``<search>/best`` or ``<search>/trials/<id>/best``."""
+def search_tracking(model_dir: Path) -> tuple[TrackingState, str | None] | None:
+    """The MLflow runs a model directory came from (``<search>/best`` or ``<search>/trials/<id>/best``):
+    the search's tracking record and the trial's own run, if any.
+
+    Raises:
+        TrackingError: the search's record is there but is not one distmis wrote.
+    """
+    from distmis.exceptions import TrackingError
+    from distmis.tracking import read_tracking_state
 
     model_dir = model_dir.resolve()
     candidates: list[tuple[Path, str | None]] = [(model_dir.parent, None)]
     if len(model_dir.parents) > 2 and model_dir.parents[1].name == "trials":
         candidates.append((model_dir.parents[2], model_dir.parent.name))
     for search_dir, trial in candidates:
-        state = search_dir / RunFile.MLFLOW_STATE
-        if state.is_file():
-            data = json.loads(state.read_text(encoding="utf-8"))
-            if "parent_run_id" not in data:
-                continue
-            trial_run = data.get("trials", {}).get(trial, {}).get("run_id") if trial else None
-            return {**data, "search_dir": str(search_dir), "trial_run_id": trial_run}
+        state = read_tracking_state(search_dir)
+        if state is not None and state.parent_run_id:
+            if not state.has_run:
+                raise TrackingError(
+                    f"{search_dir / RunFile.MLFLOW_STATE}: names no store or experiment id for run "
+                    f"{state.parent_run_id} (not a record as distmis writes it)"
+                )
+            return state, state.trial_run_id(trial) if trial else None
     return None
 
 
@@ -427,28 +438,29 @@ def log_evaluation(model_dir: Path, out: Path, summary: dict[str, Any], wait_sec
     cannot be reached at the start is one warning and ``None``; one that goes away later keeps
     what it did not receive in ``out``.
     """
-    search = search_tracking(model_dir)
-    if search is None:
-        return None
     from distmis.exceptions import TrackingError
     from distmis.tracking import RunWriter, reattach_uri
 
-    writer = RunWriter(reattach_uri(search["tracking_uri"], None, None, model_dir), out)
     tags = {Tag.KIND: "evaluation", Tag.MODEL_DIR: str(model_dir.resolve()), Tag.SPLIT: summary["split"]}
-    if search.get("trial_run_id"):
-        tags[Tag.TRIAL_RUN_ID] = search["trial_run_id"]
     seen = summary.get("seen_in_training", {})
     tags[Tag.CASES_SEEN_IN_TRAINING] = str(len(seen.get("trained_on", [])))
     tags[Tag.CASES_SEEN_IN_VALIDATION] = str(len(seen.get("validated_on", [])))
     params = {f"predict.{k}": json.dumps(v) if isinstance(v, list) else v for k, v in summary["options"].items()}
     try:
+        found = search_tracking(model_dir)
+        if found is None:
+            return None
+        search, trial_run_id = found
+        if trial_run_id:
+            tags[Tag.TRIAL_RUN_ID] = trial_run_id
+        writer = RunWriter(reattach_uri(str(search.tracking_uri), None, None, model_dir), out)
         run_id = writer.open(
-            search.get("experiment", ""),
+            search.experiment or "",
             RunFile.evaluation_dir(model_dir.absolute().name, summary["split"]),
             tags=tags,
             params=params,
-            parent_run_id=search["parent_run_id"],
-            experiment_id_known=search["experiment_id"],
+            parent_run_id=search.parent_run_id,
+            experiment_id_known=search.experiment_id,
         )
     except TrackingError as exc:
         _log.warning("evaluation not logged to MLflow (%s); its files are in %s", exc, out)

@@ -3,6 +3,7 @@
 from distmis.tracking._callback import MlflowTrialCallback, PlottingPreload
 from distmis.tracking._mlflow import BACKOFF_MAX, START_SECONDS, RunWriter, SearchTracker
 from distmis.tracking._plots import search_plots
+from distmis.tracking._state import TrackingState, read_tracking_state
 from distmis.tracking._uri import (
     experiment_id,
     mlflow_client,
@@ -19,9 +20,11 @@ __all__ = [
     "MlflowTrialCallback",
     "START_SECONDS",
     "SearchTracker",
+    "TrackingState",
     "experiment_id",
     "mlflow_client",
     "reattach_uri",
+    "read_tracking_state",
     "redact_uri",
     "resolve_tracking_uri",
     "search_plots",

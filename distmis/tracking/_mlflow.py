@@ -23,7 +23,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from distmis.exceptions import TrackingError
 from distmis.files import write_json_atomic
 from distmis.redact import redact, redact_uri
 from distmis.schema import RunFile, Tag
+from distmis.tracking._state import read_tracking_state
 from distmis.tracking._uri import experiment_id, log_params, mlflow_client, start_run
 from distmis.waits import call_within, priority_lowered
 
@@ -89,8 +90,9 @@ class _Channel:
         self._save_warned = False
         self.backoff = 0.0
         self.blocked_seconds = 0.0  # time callers spent waiting on this channel (should stay ~0)
-        state_path, pending_path = out / RunFile.MLFLOW_STATE, out / RunFile.MLFLOW_PENDING
-        self.state: dict[str, Any] = json.loads(state_path.read_text()) if state_path.is_file() else {"trials": {}}
+        pending_path = out / RunFile.MLFLOW_PENDING
+        recorded = read_tracking_state(out)
+        self.state: dict[str, Any] = recorded.model_dump() if recorded else {"trials": {}}
         self.queue: list[dict[str, Any]] = json.loads(pending_path.read_text()) if pending_path.is_file() else []
 
     @property
@@ -308,6 +310,13 @@ def _open_within(uri: str, create: Callable[[], tuple[str, str]], hint: str = ""
 #: an operation's ``run`` that names a run by its id rather than by its role in this output
 RUN_ID_PREFIX = "run-id:"
 
+
+def metrics_op(metrics: Mapping[str, float | None], *, step: int = 0) -> dict[str, Any]:
+    """The queued operation logging ``metrics`` on an output's own run (a value of ``None`` is left out)."""
+    clean = {k: float(v) for k, v in metrics.items() if v is not None}
+    return {"op": "metrics", "run": "parent", "step": step, "metrics": clean, "timestamp": time.time()}
+
+
 _LIVE_URIS: dict[str, str] = {}  # redacted address -> the address with credentials, this process only
 
 
@@ -461,8 +470,7 @@ class SearchTracker:
 
         Waits (bounded by ``wait_seconds``) for the background sender to deliver everything.
         """
-        clean = {k: float(v) for k, v in metrics.items() if v is not None}
-        self._submit({"op": "metrics", "run": "parent", "step": 0, "metrics": clean, "timestamp": time.time()})
+        self._submit(metrics_op(metrics))
         self._submit({"op": "tags", "run": "parent", "tags": tags})
         for path in plots:
             self._submit({"op": "artifacts", "run": "parent", "path": str(path), "artifact_path": "plots"})
@@ -523,10 +531,7 @@ class RunWriter:
         return opened
 
     def log_metrics(self, metrics: dict[str, float], *, step: int = 0) -> None:
-        clean = {k: float(v) for k, v in metrics.items() if v is not None}
-        self.channel.submit(
-            {"op": "metrics", "run": "parent", "step": step, "metrics": clean, "timestamp": time.time()}
-        )
+        self.channel.submit(metrics_op(metrics, step=step))
 
     def set_tags(self, tags: dict[str, str], *, run_id: str | None = None) -> None:
         """Tags on this run, or on another run by its id (a compared search's parent run)."""
@@ -545,7 +550,7 @@ class RunWriter:
         """End the run; waits (``wait_seconds`` without progress at most) until everything is
         delivered, and says where it stays queued when not."""
         self.channel.submit({"op": "terminate", "run": "parent", "status": status})
-        delivered = self.channel.wait_empty(wait_seconds)
+        delivered = self.deliver(wait_seconds)
         if not delivered:
             notify(
                 f"distmis: warning: MLflow at {redact_uri(self.uri)} did not receive everything within "

@@ -214,14 +214,10 @@ def check_resume_config(out: Path, config: ExperimentConfig, space_file: Path | 
 
 def _store_difference(out: Path, config: ExperimentConfig, cli: str | None) -> list[str]:
     """``tracking.uri`` when the resume names another MLflow store than the one the search's runs are in."""
-    import json
+    from distmis.tracking import read_tracking_state, redact_uri
 
-    from distmis.tracking import redact_uri
-
-    state = out / RunFile.MLFLOW_STATE
-    if not state.is_file():
-        return []
-    store = json.loads(state.read_text()).get("tracking_uri")
+    state = read_tracking_state(out)
+    store = state.tracking_uri if state else None
     given = cli or config.tracking.uri
     if store and given and redact_uri(given) != store:
         return [f"tracking.uri (or --tracking-uri): its runs are in {store}"]

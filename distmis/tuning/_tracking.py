@@ -27,13 +27,12 @@ def start_search_tracking(config: ExperimentConfig, out: Path, tracking_uri: str
     Raises:
         TrackingError: the store cannot be reached or used (before any training).
     """
-    from distmis.tracking import reattach_uri, redact_uri, resolve_tracking_uri
+    from distmis.tracking import read_tracking_state, reattach_uri, redact_uri, resolve_tracking_uri
 
-    state = out / RunFile.MLFLOW_STATE
-    if resume and state.is_file():
-        recorded = json.loads(state.read_text())
-        uri = reattach_uri(recorded["tracking_uri"], tracking_uri, config.tracking.uri, out)
-        experiment = recorded["experiment"]
+    recorded = read_tracking_state(out) if resume else None
+    if recorded is not None and recorded.tracking_uri:
+        uri = reattach_uri(recorded.tracking_uri, tracking_uri, config.tracking.uri, out)
+        experiment = recorded.experiment or config.tracking.experiment or config.name
     else:
         uri = resolve_tracking_uri(tracking_uri, config.tracking.uri, out)
         experiment = config.tracking.experiment or config.name

@@ -198,6 +198,38 @@ def test_evaluate_scores_the_test_split_and_logs_to_the_search_run(
     assert main(["evaluate", str(search / "best"), str(prepared16), "--split", "test"]) == 2
 
 
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"experiment": "evaltest", "parent_run_id": "0123", "trials": {}},  # no store, no experiment id
+        {"tracking_uri": "sqlite:///x.db", "parent_run_id": "0123", "trials": []},  # trials of the wrong type
+        "not json {",
+    ],
+    ids=["fields-missing", "wrong-type", "not-json"],
+)
+def test_evaluate_of_a_search_with_a_damaged_tracking_record_still_scores(
+    record: object,
+    model16: Path,
+    prepared16: Path,
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A hand-edited ``mlflow.json`` costs the evaluation its MLflow run (one warning naming the file), never
+    its scores, and the record is left as it was."""
+    search = tmp_path / "search"
+    shutil.copytree(model16, search / "best")
+    state = search / "mlflow.json"
+    state.write_text(record if isinstance(record, str) else json.dumps(record))
+    before = state.read_bytes()
+    assert main(["evaluate", str(search / "best"), str(prepared16), "--split", "test"]) == 0
+    said = capfd.readouterr().err + caplog.text
+    assert "Traceback" not in said
+    assert "evaluation not logged to MLflow" in said and str(state) in said, said
+    assert json.loads((search / "evaluate-test" / "summary.json").read_text())["scored"] > 0
+    assert state.read_bytes() == before
+
+
 def test_many_cases_run_as_ray_actors(model16: Path, msd16: Path, tmp_path: Path) -> None:
     from distmis.inference import PredictOptions, plan_jobs, predict_cases
 

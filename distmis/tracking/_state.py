@@ -1,0 +1,77 @@
+"""The record an output keeps of its MLflow runs (``<out>/mlflow.json``), as one typed model.
+
+A search writes it, and four other commands read it: ``--resume`` reattaches to the same runs,
+``finalize`` and ``evaluate`` nest their runs under the search's, and ``compare`` tags each mode's
+search. Reading it through one model means a hand-edited or truncated file is one clear error for
+every reader, never a ``KeyError`` deep inside one of them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from distmis.documents import validation_problems
+from distmis.exceptions import TrackingError
+from distmis.schema import RunFile
+
+
+class TrackedTrial(BaseModel):
+    """One trial's child run: its id once created, the last epoch logged, and whether it is closed."""
+
+    model_config = ConfigDict(extra="allow")
+
+    run_id: str | None = None
+    last_step: int = 0
+    finished: bool = False
+
+
+class TrackingState(BaseModel):
+    """Where an output's own run is (store, experiment, run) and the runs of its trials.
+
+    The address is stored without credentials: whoever reattaches gives them again.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    tracking_uri: str | None = None
+    experiment: str | None = None
+    experiment_id: str | None = None
+    parent_run_id: str | None = None
+    trials: dict[str, TrackedTrial] = {}
+
+    @property
+    def has_run(self) -> bool:
+        """Whether the output's own run was created (a search that never reached MLflow has none)."""
+        return bool(self.tracking_uri and self.experiment_id and self.parent_run_id)
+
+    def trial_run_id(self, trial: str) -> str | None:
+        """The child run of ``trial``, if it was created."""
+        record = self.trials.get(trial)
+        return record.run_id if record else None
+
+
+def read_tracking_state(out: Path) -> TrackingState | None:
+    """The tracking record in the output directory ``out``; ``None`` when there is none.
+
+    Raises:
+        TrackingError: the file exists but is not a record distmis wrote (unreadable, not JSON,
+            or fields of the wrong type), naming the file.
+    """
+    path = out / RunFile.MLFLOW_STATE
+    if not path.is_file():
+        return None
+    try:
+        return TrackingState.model_validate(json.loads(path.read_text(encoding="utf-8")))
+    except ValidationError as exc:
+        loc, msg = validation_problems(exc)[0]
+        where = ".".join(str(part) for part in loc) or "the document"
+        raise TrackingError(f"{path}: {where}: {msg} (not a tracking record as distmis writes it)") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else str(exc)
+        raise TrackingError(f"{path}: not a tracking record as distmis writes it ({reason})") from None
+
+
+__all__ = ["TrackedTrial", "TrackingState", "read_tracking_state"]
