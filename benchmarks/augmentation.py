@@ -3,17 +3,19 @@
 The same patch (128^3 x 4 channels, float32, with a 3-class label) is augmented over and over on one
 core, side by side in one run:
 
-- ``distmis nnU-Net-like``: ``train.augment`` with rotation 180, scale [0.7, 1.4] and
-  ``nnunet_intensity`` 1 (:func:`distmis.data.augment_spatial`, :func:`distmis.data.augment_intensity`),
-  then the flips, as the training pipeline applies them;
+- ``distmis nnU-Net-like``: ``train.augment`` with rotation 30 (nnU-Net's for a 3D patch), scale
+  [0.7, 1.4] and ``nnunet_intensity`` 1 (:func:`distmis.data.augment_spatial`,
+  :func:`distmis.data.augment_intensity`), then the flips, as the training pipeline applies them;
+- the same inside ``tf.data`` with 2 threads (``num_parallel_calls`` 2), as the loader runs it;
 - ``distmis default``: flips and the intensity scale/shift only (today's default);
 - ``none``: the patch as read (the ceiling of the augmentation stage);
 - ``nnU-Net v2 (batchgeneratorsv2)``: ``nnUNetTrainer.get_training_transforms`` for the same patch,
-  with nnU-Net's rotation for an isotropic patch (+-180 degrees), no deep supervision, run in the
-  Python that has nnunetv2 (``--peer-python``, the ``peers`` extra), torch on one thread.
+  with nnU-Net's rotation for a 3D patch (+-30 degrees), no deep supervision, run in the Python that
+  has nnunetv2 (``--peer-python``, the ``peers`` extra), torch on one thread.
 
-Each figure is patches per second on one core, the median of ``--repeats`` timed runs after one
-warm-up. Writes ``OUT/augmentation.json`` and ``OUT/augmentation.md``.
+Each transform applies to a patch only with its chance, so a patch's time varies: each figure is
+``--repeats`` patches (each its own seed) over their total time, after one warm-up (which includes
+XLA's compilation). Writes ``OUT/augmentation.json`` and ``OUT/augmentation.md``.
 
     python benchmarks/augmentation.py --out runs/augmentation --peer-python /path/to/peer/bin/python
 """
@@ -23,11 +25,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
+
+from benchlib import add_out_option, write_report
 
 PATCH = (128, 128, 128)
 CHANNELS = 4
@@ -42,20 +44,18 @@ rng = np.random.default_rng(0)
 image = torch.from_numpy(rng.normal(size=(channels, *patch)).astype(np.float32))
 seg = torch.from_numpy(rng.integers(0, 3, size=(1, *patch)).astype(np.int16))
 transforms = nnUNetTrainer.get_training_transforms(
-    patch, (-np.pi, np.pi), None, (0, 1, 2), False, foreground_labels=[1, 2]
+    patch, (-np.pi / 6, np.pi / 6), None, (0, 1, 2), False, foreground_labels=[1, 2]
 )
 transforms(image=image.clone(), segmentation=seg.clone())  # warm-up
-times = []
+start = time.perf_counter()
 for _ in range(repeats):
-    start = time.perf_counter()
     transforms(image=image.clone(), segmentation=seg.clone())
-    times.append(time.perf_counter() - start)
-print(json.dumps({"seconds": statistics.median(times)}))
+print(json.dumps({"seconds": (time.perf_counter() - start) / repeats}))
 """
 
 
 def _distmis_seconds(kind: str, repeats: int) -> float:
-    """Median seconds to augment one patch on one core with distmis's graph ops."""
+    """Mean seconds to augment one patch on one core with distmis's TensorFlow ops."""
     import numpy as np
     import tensorflow as tf
 
@@ -69,7 +69,7 @@ def _distmis_seconds(kind: str, repeats: int) -> float:
     def step(seed: tf.Tensor) -> tf.Tensor:
         x, y = image, label
         if kind == "nnunet":
-            x, y = augment_spatial(x, y, seed, rotation_degrees=180.0, scale=(0.7, 1.4))
+            x, y = augment_spatial(x, y, seed, rotation_degrees=30.0, scale=(0.7, 1.4))
         channels = tf.one_hot(tf.cast(y, tf.int32), 3)
         if kind != "none":
             x, channels = augment(x, channels, seed + 1, flip=True, intensity=0.1, noise=0.0)
@@ -77,13 +77,42 @@ def _distmis_seconds(kind: str, repeats: int) -> float:
             x = augment_intensity(x, seed + 3, strength=1.0)
         return tf.reduce_sum(x) + tf.reduce_sum(channels)
 
-    step(tf.constant([0, 0]))  # trace and warm up
-    times = []
+    for i in range(8):  # trace, and compile each XLA kernel (most draws apply some of them)
+        step(tf.constant([-1 - i, 0])).numpy()
+    start = time.perf_counter()
     for i in range(repeats):
-        start = time.perf_counter()
         step(tf.constant([i + 1, 0])).numpy()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return (time.perf_counter() - start) / repeats
+
+
+def _pipeline_seconds(repeats: int, threads: int) -> float:
+    """Mean seconds per patch of the nnU-Net-like augmentation in ``tf.data`` with ``threads``
+    parallel calls on its own thread pool, the patch already in memory."""
+    import numpy as np
+    import tensorflow as tf
+
+    from distmis.data import augment, augment_intensity, augment_spatial
+
+    rng = np.random.default_rng(0)
+    image = tf.constant(rng.normal(size=(*PATCH, CHANNELS)).astype(np.float32))
+    label = tf.constant(rng.integers(0, 3, size=PATCH).astype(np.uint8))
+
+    def one(i: tf.Tensor) -> tf.Tensor:
+        seed = tf.stack([tf.cast(i, tf.int32), 0])
+        x, y = augment_spatial(image, label, seed, rotation_degrees=30.0, scale=(0.7, 1.4))
+        x, channels = augment(x, tf.one_hot(tf.cast(y, tf.int32), 3), seed + 1, flip=True, intensity=0.1, noise=0.0)
+        return tf.reduce_sum(augment_intensity(x, seed + 3, strength=1.0)) + tf.reduce_sum(channels)
+
+    options = tf.data.Options()
+    options.threading.private_threadpool_size = threads
+    warm = tf.data.Dataset.range(8).map(one, num_parallel_calls=threads).with_options(options)
+    for _ in warm:  # compile the XLA kernels
+        pass
+    timed = tf.data.Dataset.range(8, 8 + repeats).map(one, num_parallel_calls=threads).with_options(options)
+    start = time.perf_counter()
+    for _ in timed:
+        pass
+    return (time.perf_counter() - start) / repeats
 
 
 def _peer_seconds(python: str, repeats: int) -> float | None:
@@ -99,36 +128,31 @@ def _peer_seconds(python: str, repeats: int) -> float | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=60, help="patches timed per row (each its own seed)")
     parser.add_argument("--peer-python", default=sys.executable, help="the Python that has nnunetv2 (peers extra)")
-    parser.add_argument("--out", type=Path, default=Path("runs/augmentation"))
+    add_out_option(parser, "augmentation")
     args = parser.parse_args()
 
     from distmis.training import configure_tensorflow
 
     configure_tensorflow(1)  # one core: the figures are per core
-    rows = {
+    seconds_of = {
         "distmis nnU-Net-like (rotation, scaling, nnU-Net intensity, flips)": _distmis_seconds("nnunet", args.repeats),
+        "distmis nnU-Net-like in tf.data, 2 threads (per patch, both cores)": _pipeline_seconds(args.repeats, 2),
         "distmis default (flips, intensity scale/shift)": _distmis_seconds("default", args.repeats),
         "none (the patch as read)": _distmis_seconds("none", args.repeats),
         "nnU-Net v2 (batchgeneratorsv2, its default transforms)": _peer_seconds(args.peer_python, args.repeats),
     }
-    lines = [
-        f"| augmentation of one {'x'.join(map(str, PATCH))} x {CHANNELS} patch, one core | seconds | patches/s |",
-        "|---|---|---|",
+    rows = [
+        {
+            "augmentation": name,
+            "patches/s": None if not seconds else 1 / seconds,
+            "seconds": seconds,
+        }
+        for name, seconds in seconds_of.items()
     ]
-    for name, seconds in rows.items():
-        lines.append(
-            f"| {name} | {'-' if seconds is None else f'{seconds:.3f}'} | "
-            f"{'-' if not seconds else f'{1 / seconds:.2f}'} |"
-        )
-    text = "\n".join(lines)
-    print(text)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "augmentation.json").write_text(
-        json.dumps({"patch": PATCH, "channels": CHANNELS, "seconds": rows}, indent=1)
-    )
-    (args.out / "augmentation.md").write_text(text + "\n")
+    title = f"augmentation of one {'x'.join(map(str, PATCH))} x {CHANNELS} patch, one core unless said"
+    write_report(args.out, "augmentation", title=title, rows=rows, data={"patch": PATCH, "channels": CHANNELS})
 
 
 if __name__ == "__main__":

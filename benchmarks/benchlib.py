@@ -1,18 +1,27 @@
-"""What the search and recipe benchmarks share: the tasks, their data, running ``distmis tune``, quartiles."""
+"""What the benchmarks share: the tasks and their data, running ``distmis tune``, quartiles, and one
+output convention (``--out DIR`` holding ``NAME.json``, ``NAME.md`` and ``NAME.png``)."""
 
 from __future__ import annotations
 
+import argparse
+import json
+import math
 import os
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from distmis.simulate.study import fmt_stat, quartiles  # the figures every benchmark reports, one definition
+from distmis.simulate.study import (  # the figures every benchmark reports, one definition
+    finite_json,
+    fmt_stat,
+    quartiles,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # this process prepares data with TensorFlow
@@ -85,4 +94,96 @@ def run_tune(doc: dict[str, Any], root: Path, out: Path) -> float:
     return wall
 
 
-__all__ = ["ANATOMY_DATA", "REPO", "TASK_FILES", "anatomy_data", "fmt_stat", "prepare_task", "quartiles", "run_tune"]
+def add_out_option(parser: argparse.ArgumentParser, name: str, default: Path | None = None) -> None:
+    """``--out DIR``: where :func:`write_report` writes the benchmark's figures (default ``runs/bench/NAME``)."""
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=default or REPO / "runs" / "bench" / name,
+        help=f"directory for {name}.json, {name}.md and {name}.png (default: %(default)s)",
+    )
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return "-" if not math.isfinite(value) else f"{value:.4g}"
+    return "-" if value is None else str(value)
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    """``rows`` (one dict per row, the first row's keys as columns) as a Markdown table."""
+    if not rows:
+        return "(no rows)"
+    columns = list(rows[0])
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(_cell(row.get(c)) for c in columns) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def write_report(
+    out: Path,
+    name: str,
+    *,
+    title: str,
+    rows: list[dict[str, Any]],
+    data: dict[str, Any] | None = None,
+    figure: Callable[[Any], None] | None = None,
+    png: Callable[[Path], None] | None = None,
+    markdown: str | None = None,
+    echo: bool = True,
+) -> Path:
+    """Every benchmark's output, one convention: ``out/NAME.json`` (the rows, and ``data``: whatever
+    else the run measured), ``out/NAME.md`` (the title and the rows as a table) and ``out/NAME.png``
+    (``figure(fig)`` draws on the empty matplotlib figure; by default the rows' first numeric column
+    as bars, by the first column; ``png(path)``: a plot that writes its own file, the simulator's).
+    ``markdown``: the table as the script lays it out (several header rows, merged cells), else the rows'.
+    Prints the table (``echo``: a script that printed its own already says False). Returns ``out``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    table = markdown if markdown is not None else markdown_table(rows)
+    if echo:
+        print(f"\n{title}\n\n{table}", flush=True)
+    document = {"title": title, "rows": rows, **({"data": data} if data else {})}
+    (out / f"{name}.json").write_text(json.dumps(finite_json(document), indent=1, default=str) + "\n")
+    (out / f"{name}.md").write_text(f"{title}\n\n{table}\n")
+    if png is not None:
+        png(out / f"{name}.png")
+        return out
+    fig = plt.figure(figsize=(8, 4.5))
+    if figure is not None:
+        figure(fig)
+    elif rows:
+        axes = fig.add_subplot()
+        label, *rest = list(rows[0])
+        numeric = next(
+            (c for c in rest if isinstance(rows[0][c], (int, float)) and not isinstance(rows[0][c], bool)), None
+        )
+        if numeric is not None:
+            values = [float(r[numeric]) if isinstance(r.get(numeric), (int, float)) else float("nan") for r in rows]
+            axes.barh([str(r[label])[:60] for r in rows], values)
+            axes.set_xlabel(numeric)
+            axes.invert_yaxis()
+    fig.suptitle(title[:110], fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out / f"{name}.png", dpi=100)
+    plt.close(fig)
+    return out
+
+
+__all__ = [
+    "ANATOMY_DATA",
+    "REPO",
+    "TASK_FILES",
+    "add_out_option",
+    "anatomy_data",
+    "fmt_stat",
+    "markdown_table",
+    "prepare_task",
+    "quartiles",
+    "run_tune",
+    "write_report",
+]

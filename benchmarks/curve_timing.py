@@ -34,13 +34,15 @@ import csv
 import statistics
 from pathlib import Path
 
+from benchlib import add_out_option, write_report
+
 from distmis.schema import RunFile
 from distmis.simulate import Curve, curves_of_search, read_curves, write_table
 from distmis.simulate.study import COST_PARAMS, REPORT_SECONDS, Clock, architecture, curve_ratios
 from distmis.simulate.study import later_epoch_seconds as epoch_seconds
 
 
-def again(table_path: str, recording: Path, metric: str) -> None:
+def again(table_path: str, recording: Path, metric: str, out: Path) -> None:
     """The same design recorded again against the table, configuration by configuration."""
     table = [c for c in read_curves([table_path]).curves if c.training_seed == 0]  # the design, in order
     trials = sorted((recording / "search" / RunFile.TRIALS_DIR).glob(f"*/{RunFile.METRICS}"))
@@ -66,6 +68,13 @@ def again(table_path: str, recording: Path, metric: str) -> None:
     print(f"- first epoch (tracing), again / table: {spread(first)}")
     print(f"- epochs 2-{table[0].epochs}, again / table: {spread(rest)}")
     print(f"- best {metric}, |again - table|: median {statistics.median(moved):.4f}, largest {max(moved):.4f}")
+    rows = [
+        {"measure": "first epoch (tracing), again / table", "median": statistics.median(first)},
+        {"measure": f"epochs 2-{table[0].epochs}, again / table", "median": statistics.median(rest)},
+        {"measure": f"best {metric}, |again - table|", "median": statistics.median(moved), "largest": max(moved)},
+    ]
+    title = f"{recording} against {table_path}: {len(first)} configurations recorded again"
+    write_report(out, "curve_timing", title=title, rows=rows, echo=False)
 
 
 def gaps_by_architecture(curves: list[Curve]) -> None:
@@ -102,9 +111,10 @@ def main() -> None:
     p.add_argument("--metric", default="val_dice", help="the search metric (--again)")
     p.add_argument("--block", type=int, default=32, help="curves per row of the trial-order table")
     p.add_argument("--write", default=None, help="a retimed copy of the table")
+    add_out_option(p, "curve_timing")
     a = p.parse_args()
     if a.again:
-        again(a.table, a.again, a.metric)
+        again(a.table, a.again, a.metric, a.out)
         return
 
     real_curves = [curve for run in a.real for curve in curves_of_search(run)[0].curves]
@@ -120,16 +130,19 @@ def main() -> None:
     )
     print(f"epoch seconds, table / real: median {overall:.3f}\n\n| table's curves | curves | median table / real |")
     print("|---|---|---|")
+    rows = []
     for start in range(0, len(table.curves), a.block):
         block = [r for i, r in ratios if start <= i < start + a.block]
         if block:
-            print(
-                f"| {start + 1}-{min(start + a.block, len(table.curves))} | {len(block)} | {statistics.median(block):.3f} |"
-            )
+            span = f"{start + 1}-{min(start + a.block, len(table.curves))}"
+            print(f"| {span} | {len(block)} | {statistics.median(block):.3f} |")
+            rows.append({"table's curves": span, "curves": len(block), "median table / real": statistics.median(block)})
     print(clock.line())
+    title = f"{a.table}: epoch seconds, table / real, median {overall:.3f} ({clock.line()})"
+    write_report(a.out, "curve_timing", title=title, rows=rows, echo=False)
     gaps_by_architecture(real_curves)
     if a.write:
-        print(f"\n{write_table(clock.retimed(table.curves), Path(a.write))}: {clock.line()}")
+        print(f"\n{write_table(clock.retimed(table.curves), Path(a.write), recipe=table.recipe)}: {clock.line()}")
 
 
 if __name__ == "__main__":

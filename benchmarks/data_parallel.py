@@ -24,6 +24,9 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
+
+from benchlib import add_out_option, write_report
 
 WORKER = r"""
 import json, os, sys, time
@@ -104,8 +107,9 @@ parallelism: {{mode: {mode}, workers_per_trial: {workers}, cpus_per_worker: 1}}
 """
 
 
-def startup(work: Path, prepared: Path, size: int) -> None:
-    """Cold start-up per slot and per-trial overhead, cold and warm, measured by real searches."""
+def startup(work: Path, prepared: Path, size: int) -> list[dict[str, Any]]:
+    """Cold start-up per slot and per-trial overhead, cold and warm, measured by real searches; a row per mode."""
+    rows = []
     print("\nstart-up (4 trials x 2 epochs; overhead = first epoch's end - trial start - that epoch's time):")
     for mode, workers, concurrent in (("experiment", 1, 2), ("data", 2, 1)):
         space = work / f"{mode}.yaml"
@@ -147,6 +151,16 @@ def startup(work: Path, prepared: Path, size: int) -> None:
         )
         print(f"  {'':<10} per-trial overhead, cold: {overhead(cold)}; warm: {overhead(warm)}")
         print(f"  {'':<10} trial start to first epoch: cold {first_epoch(cold)}, warm {first_epoch(warm)}")
+        rows.append(
+            {
+                "mode": mode,
+                "wall_s": wall,
+                "cold_startup_per_slot_s": sum(slots.values()) / len(slots),
+                "overhead_cold": overhead(cold),
+                "overhead_warm": overhead(warm),
+            }
+        )
+    return rows
 
 
 def main() -> None:
@@ -155,6 +169,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=4, help="global batch")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--no-startup", action="store_true", help="skip the start-up measurement (real searches)")
+    add_out_option(ap, "data_parallel")
     args = ap.parse_args()
     from distmis.config import PrepareConfig
     from distmis.data import prepare_dataset, write_synthetic_msd
@@ -188,8 +203,17 @@ def main() -> None:
         f"per-step synchronisation overhead: {overhead:6.1f} ms ({step_ms(two):.1f} ms 2-worker step - "
         f"{step_ms(half_1t):.1f} ms 1-worker step on batch {half}; {100 * overhead / step_ms(two):.0f}% of the step)"
     )
-    if not args.no_startup:
-        startup(work, work / "prep", args.size)
+    rows = [
+        {"setting": f"1 worker, 1 thread, batch {b}", "samples/s": sps(one_1t), "ms/step": step_ms(one_1t)},
+        {"setting": f"1 worker, 2 threads, batch {b}", "samples/s": sps(one_2t), "ms/step": step_ms(one_2t)},
+        {"setting": f"2 workers x 1 thread, {half} per worker", "samples/s": sps(two), "ms/step": step_ms(two)},
+    ]
+    data = {
+        "sync_overhead_ms": overhead,
+        "startup": startup(work, work / "prep", args.size) if not args.no_startup else [],
+    }
+    title = f"3D U-Net (depth 3, 8 filters) on {args.size}^3 patches, global batch {b}, {args.steps} steps"
+    write_report(args.out, "data_parallel", title=title, rows=rows, data=data, echo=False)
 
 
 if __name__ == "__main__":

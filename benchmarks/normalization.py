@@ -20,9 +20,11 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import nibabel as nib
 import numpy as np
+from benchlib import add_out_option, write_report
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
@@ -34,6 +36,7 @@ def main() -> None:
     p.add_argument("--cases", type=int, default=16)
     p.add_argument("--shape", type=int, default=32)
     p.add_argument("--epochs", type=int, default=6)
+    add_out_option(p, "normalization")
     a = p.parse_args()
     from _support.ctdata import write_ct
 
@@ -52,7 +55,7 @@ def main() -> None:
     }
     print(f"{a.cases} CT-like cases at {a.shape}^3 in {work}\n")
     print(f"{'':14s}" + "".join(f"{name:>16s}" for name in regions) + "   (case CT_0, mean after normalisation)")
-    curves = {}
+    curves, rows = {}, []
     for scheme in ("zscore", "auto"):
         prepared = work / f"prepared-{scheme}"
         subprocess.run(
@@ -63,6 +66,7 @@ def main() -> None:
         spec = load_manifest(prepared).info.preprocessing.normalisation_spec
         out = normalize(image[..., None], spec)[..., 0]
         print(f"{scheme:14s}" + "".join(f"{float(out[m].mean()):>16.3f}" for m in regions.values()) + f"   {spec[0]}")
+        rows.append({"scheme": scheme, **{f"mean, {name}": float(out[m].mean()) for name, m in regions.items()}})
         config = work / f"train-{scheme}.yaml"
         config.write_text(
             f"name: ct_{scheme}\ndata: {{source: {prepared}}}\n"
@@ -77,6 +81,19 @@ def main() -> None:
     for scheme, values in curves.items():
         print(f"{scheme:14s}" + " ".join(f"{v:.3f}" for v in values) + f"   best {max(values):.3f}")
     print(json.dumps({"curves": curves}))
+    for row in rows:
+        row["best val Dice"] = max(curves[row["scheme"]])
+
+    def draw(fig: Any) -> None:
+        axes = fig.add_subplot()
+        for scheme, values in curves.items():
+            axes.plot(range(1, len(values) + 1), values, marker="o", label=scheme)
+        axes.set_xlabel("epoch")
+        axes.set_ylabel("val Dice")
+        axes.legend()
+
+    title = f"{a.cases} CT-like cases at {a.shape}^3: intensities after normalisation (case CT_0), val Dice"
+    write_report(a.out, "normalization", title=title, rows=rows, data={"curves": curves}, figure=draw, echo=False)
 
 
 if __name__ == "__main__":

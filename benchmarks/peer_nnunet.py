@@ -17,8 +17,8 @@ The trainer variant is installed the way nnU-Net documents it: as a module insid
 ``nnunetv2/training/nnUNetTrainer`` of the environment nnU-Net runs in (the ``peers`` extra:
 ``pip install '.[peers]'``, or ``--nnunet-python`` for another environment).
 
-Writes ``OUT/results.json``, ``OUT/results.md`` (median and range over seeds per system and budget)
-and ``OUT/dice_vs_time.png`` (test Dice per class against wall time); finished runs are kept, so a
+Writes ``OUT/TASK/peer_nnunet.json`` (every run), ``.md`` (median and range over seeds per system and
+budget) and ``.png`` (test Dice per class against wall time); finished runs are kept, so a
 second call only runs what is missing. Peak memory is the largest summed RSS of each command's
 process tree, sampled every half second.
 
@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from benchlib import add_out_option, write_report
 
 REPO = Path(__file__).resolve().parents[1]
 TRAINER = "nnUNetTrainer_DistmisBudget"
@@ -329,38 +330,34 @@ def scorer_for(model: Path, raw: Path, test_ids: list[str]) -> Any:
 
 # --------------------------------------------------------------------------- report
 def report(rows: list[dict[str, Any]], out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    (out / "results.json").write_text(json.dumps(rows, indent=2))
+    """``out/peer_nnunet.{json,md,png}``: per system and budget, the test Dice of each class (median
+    [range] over seeds), the median wall time and the peak memory; every run in the JSON."""
     classes = sorted({k for r in rows for k in r["dice"]})
-    lines = ["| system | budget | seeds | wall s (median) | " + " | ".join(classes) + " | peak GiB |",
-             "|---" * (5 + len(classes)) + "|"]  # fmt: skip
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault((r["system"], r["budget"]), []).append(r)
+    table = []
     for (system, budget), rs in sorted(groups.items()):
-        cells = []
+        row: dict[str, Any] = {"system": system, "budget": budget, "seeds": len(rs)}
+        row["wall s (median)"] = round(float(np.median([r["total_seconds"] for r in rs])))
         for c in classes:
             vals = [r["dice"][c] for r in rs if c in r["dice"]]
-            cells.append(f"{np.median(vals):.3f} [{min(vals):.3f}-{max(vals):.3f}]" if vals else "-")
-        wall = np.median([r["total_seconds"] for r in rs])
-        peak = max(r["peak_gb"] for r in rs)
-        lines.append(f"| {system} | {budget} | {len(rs)} | {wall:.0f} | " + " | ".join(cells) + f" | {peak:.1f} |")
-    (out / "results.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
-    fig, axes = plt.subplots(1, len(classes), figsize=(5 * len(classes), 4), squeeze=False)
-    for ax, c in zip(axes[0], classes, strict=True):
+            row[c] = f"{np.median(vals):.3f} [{min(vals):.3f}-{max(vals):.3f}]" if vals else "-"
+        row["peak GiB"] = round(max(r["peak_gb"] for r in rs), 1)
+        table.append(row)
+
+    def draw(fig: Any) -> None:
+        ax = fig.add_subplot()
         for system in sorted({r["system"] for r in rows}):
-            pts = [(r["total_seconds"], r["dice"][c]) for r in rows if r["system"] == system and c in r["dice"]]
-            ax.scatter(*zip(*pts, strict=True), label=system)
-        ax.set_title(f"test Dice: {c}")
+            for c in classes:
+                pts = [(r["total_seconds"], r["dice"][c]) for r in rows if r["system"] == system and c in r["dice"]]
+                ax.scatter(*zip(*pts, strict=True), label=f"{system}: {c}")
         ax.set_xlabel("wall time, s")
+        ax.set_ylabel("test Dice")
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "dice_vs_time.png", dpi=100)
+
+    title = "test Dice [range over seeds] against wall time: distmis and nnU-Net v2 side by side"
+    write_report(out, "peer_nnunet", title=title, rows=table, data={"runs": rows}, figure=draw)
 
 
 def main() -> None:
@@ -372,7 +369,7 @@ def main() -> None:
     p.add_argument("--recipe", default=None, help="distmis init --recipe (default: init's)")
     p.add_argument("--nnunet-python", default=sys.executable, help="the Python that has nnunetv2 (the peers extra)")
     p.add_argument("--iterations", type=int, default=25, help="nnU-Net iterations per epoch")
-    p.add_argument("--out", type=Path, default=Path("runs/peer"))
+    add_out_option(p, "peer_nnunet", default=Path("runs/peer"))
     a = p.parse_args()
     root = a.out.resolve()
     raw = task_data(a.task, root)

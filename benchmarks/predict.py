@@ -31,6 +31,9 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
+
+from benchlib import add_out_option, write_report
 
 CHILD = r"""
 import json, os, sys, time
@@ -151,6 +154,7 @@ def main() -> None:
     ap.add_argument("--members", default="1,3,5", help="ensemble sizes ('' to skip the ensemble rows)")
     ap.add_argument("--ensemble-size", type=int, default=96, help="volume side of the ensemble rows")
     ap.add_argument("--only-ensembles", action="store_true", help="skip the volume and cube-batch rows")
+    add_out_option(ap, "predict")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     batches = [int(b) for b in args.batches.split(",")]
@@ -159,9 +163,10 @@ def main() -> None:
         model = Path(tmp) / "model"
         write_model(model, args.patch)
         print(f"patch {args.patch}^3, overlap {args.overlap}; peak = RSS added by prediction\n")
-        if args.members:
-            ensembles(model, Path(tmp), args, [int(m) for m in args.members.split(",")])
+        members = ensembles(model, Path(tmp), args, [int(m) for m in args.members.split(",")]) if args.members else []
+        title = f"sliding-window prediction, patch {args.patch}^3, overlap {args.overlap}; peak = RSS added"
         if args.only_ensembles:
+            write_report(args.out, "predict", title=title, rows=members, echo=False)
             return
         print(
             f"{'volume':>8} {'batch':>5} {'cubes':>5} {'seconds':>8} {'Mvoxel/s':>9} {'peak MiB':>9} {'cube batch MiB':>15} {'volume-sized MiB':>17}"
@@ -192,10 +197,11 @@ def main() -> None:
             f"{bn['peak_added'] * mib:.0f} MiB (x{bn['peak_added'] / max(b1['peak_added'], 1):.2f}); one forward pass "
             f"{b1['cube_batch'] * mib:.0f} -> {bn['cube_batch'] * mib:.0f} MiB"
         )
+        write_report(args.out, "predict", title=title, rows=rows, data={"ensembles": members}, echo=False)
 
 
-def ensembles(model: Path, tmp: Path, args: argparse.Namespace, sizes: list[int]) -> None:
-    """Ensembles of 1, 3, 5 members, with and without mirroring, both ways of running the members."""
+def ensembles(model: Path, tmp: Path, args: argparse.Namespace, sizes: list[int]) -> list[dict[str, Any]]:
+    """Ensembles of 1, 3, 5 members, with and without mirroring, both ways of running the members; a row each."""
     mib = 1 / 2**20
     print(f"ensembles at {args.ensemble_size}^3, batch {args.fixed_batch}")
     print(f"{'members':>7} {'TTA':>4} {'strategy':>10} {'seconds':>8} {'Mvoxel/s':>9} {'peak MiB':>9}")
@@ -219,6 +225,7 @@ def ensembles(model: Path, tmp: Path, args: argparse.Namespace, sizes: list[int]
             f"{a['seconds'] / b['seconds']:.2f}, peak {a['peak_added'] * mib:.0f} vs {b['peak_added'] * mib:.0f} MiB"
         )
     print()
+    return [{"members": m, "tta": tta, "strategy": strategy, **r} for (m, tta, strategy), r in results.items()]
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 For each case count N it prints, measured side by side in one run on the same files:
   * prepare throughput (cases/s, all cores) against a plain nibabel read of the same inputs;
   * the prepared size against the ``.nii.gz`` inputs;
-  * the training loader (128³ patches, batch 2, today's default augmentation) in a fresh process
+  * the training loader (128³ patches, batch 2, ``--augment``'s augmentation) in a fresh process
     per setting: peak RSS, time to the first batch, patches/s at 1 and 2 threads;
   * the raw read-and-copy rate of random 128³ patches from the format (one thread): the ceiling;
   * the checksum pass `distmis tune` makes once per search before its trials (not in the loader's
@@ -29,10 +29,11 @@ import resource
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from benchlib import add_out_option, write_report
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 SHAPE = (240, 240, 155)
@@ -99,7 +100,15 @@ def measure_prepare(src: Path, out: Path) -> dict[str, Any]:
     }
 
 
-def probe_loader(prepared: str, threads: int, batches: int) -> dict[str, Any]:
+#: ``--augment``: the loader's augmentation (default: ``train.augment`` as shipped; nnunet: nnU-Net's
+#: transforms at a 3D patch's settings, as ``train.augment`` asks for them)
+AUGMENTATIONS = {
+    "default": {},
+    "nnunet": {"rotation": 30.0, "scale": (0.7, 1.4), "nnunet_intensity": 1.0},
+}
+
+
+def probe_loader(prepared: str, threads: int, batches: int, augmentation: str = "default") -> dict[str, Any]:
     """In this (fresh) process: time to the first batch, patches/s, peak RSS of the training loader."""
     from distmis.config import AugmentConfig
     from distmis.data import make_dataset
@@ -113,7 +122,7 @@ def probe_loader(prepared: str, threads: int, batches: int) -> dict[str, Any]:
         batch_size=2,
         training=True,
         patch=PATCH,
-        augment_config=AugmentConfig(),
+        augment_config=AugmentConfig(**AUGMENTATIONS[augmentation]),
         seed=0,
         threads=threads,
         foreground_oversampling=0.33,
@@ -208,13 +217,9 @@ def train_and_predict(root: Path, msd: Path) -> dict[str, Any]:
     return {"train_epoch": train, "train_timings": timings, "predict_one_case": predict}
 
 
-def plot(results: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+def plot(results: list[dict[str, Any]], fig: Any) -> None:
+    """The loader's peak memory and its patches/s against the number of cases."""
+    ax1, ax2 = fig.subplots(1, 2)
     for threads in (1, 2):
         rows = [(r["cases"], r[f"loader_{threads}"]) for r in results]
         ax1.plot([n for n, _ in rows], [p["peak_rss_mb"] for _, p in rows], "o-", label=f"{threads} thread(s)")
@@ -225,9 +230,6 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
     for ax in (ax1, ax2):
         ax.legend()
         ax.grid(alpha=0.3)
-    fig.suptitle("distmis loader at 240x240x155x4")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
 
 
 def main() -> None:
@@ -236,13 +238,14 @@ def main() -> None:
     ap.add_argument("--unique", type=int, default=8, help="distinct synthetic cases (the rest are hard links)")
     ap.add_argument("--batches", type=int, default=15, help="batches timed per loader setting")
     ap.add_argument("--train", action="store_true", help="also one training epoch and one predict at real size")
-    ap.add_argument("--out", type=Path, default=None)
+    add_out_option(ap, "real_size")
+    ap.add_argument("--augment", choices=sorted(AUGMENTATIONS), default="default", help="the loader's augmentation")
     ap.add_argument("--probe", nargs=2, metavar=("PREPARED", "THREADS"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.probe:
-        print(json.dumps(probe_loader(args.probe[0], int(args.probe[1]), args.batches)))
+        print(json.dumps(probe_loader(args.probe[0], int(args.probe[1]), args.batches, args.augment)))
         return
-    root = args.out or Path(tempfile.mkdtemp(prefix="real-size-"))
+    root = args.out
     root.mkdir(parents=True, exist_ok=True)
     results = []
     for n in (int(c) for c in args.cases.split(",")):
@@ -261,6 +264,8 @@ def main() -> None:
                     __file__,
                     "--batches",
                     str(args.batches),
+                    "--augment",
+                    args.augment,
                     "--probe",
                     str(root / f"prep-{n}"),
                     str(threads),
@@ -275,6 +280,7 @@ def main() -> None:
         results.append(row)
         print(json.dumps(row), flush=True)
     report: dict[str, Any] = {"shape": SHAPE, "prepared_shape": PREPARED, "patch": PATCH, "cpus": os.cpu_count()}
+    report["augment"] = args.augment
     report["by_cases"] = results
     if len(results) > 1:
         report["rss_growth_largest_vs_smallest"] = (
@@ -282,8 +288,25 @@ def main() -> None:
         )
     if args.train:
         report["real_size_training"] = train_and_predict(root, make_inputs(root, 6, min(6, args.unique)))
-    (root / "real_size.json").write_text(json.dumps(report, indent=2))
-    plot(results, root / "real_size.png")
+    rows = [
+        {
+            "cases": r["cases"],
+            "prepare cases/s": r["prepare_cases_per_s"],
+            "nibabel read cases/s": r["nibabel_read_cases_per_s"],
+            "disk ratio": r["disk_ratio"],
+            "loader RSS MB, 1 thread": r["loader_1"]["peak_rss_mb"],
+            "loader RSS MB, 2 threads": r["loader_2"]["peak_rss_mb"],
+            "first batch s": r["loader_2"]["first_batch_s"],
+            "patches/s, 1 thread": r["loader_1"]["patches_per_s"],
+            "patches/s, 2 threads": r["loader_2"]["patches_per_s"],
+            "raw read ceiling patches/s": r["raw_ceiling_patches_per_s"],
+        }
+        for r in results
+    ]
+    title = f"distmis loader at 240x240x155x4, 128^3 patches, augmentation: {args.augment}"
+    write_report(
+        root, "real_size", title=title, rows=rows, data=report, figure=lambda fig: plot(results, fig), echo=False
+    )
     print(
         f"\n{'cases':>5} {'prep c/s':>8} {'read c/s':>8} {'disk x':>6} {'RSS1 MB':>8} {'RSS2 MB':>8} "
         f"{'1st s':>6} {'p/s 1t':>7} {'p/s 2t':>7} {'ceiling':>7}"
@@ -302,7 +325,7 @@ def main() -> None:
             f"peak {t['train_epoch']['peak_rss_mb']:.0f} MB; predict 1 case: {t['predict_one_case']['seconds']:.0f} s, "
             f"peak {t['predict_one_case']['peak_rss_mb']:.0f} MB"
         )
-    print(f"results: {root / 'real_size.json'}, {root / 'real_size.png'}")
+    print(f"results: {root / 'real_size.json'}, {root / 'real_size.md'}, {root / 'real_size.png'}")
 
 
 if __name__ == "__main__":

@@ -10,10 +10,12 @@ variants are cumulative, so each row shows one change on top of the rows above i
   +poly          ... and the poly learning-rate schedule
   +oversampling  ... and 33 % of patches centred on foreground (nnU-Net's share)
   default        what the task file trains with today (distmis's defaults)
+  +augment       the default with nnU-Net's augmentation for a 3D patch (rotation 30, scale
+                 [0.7, 1.4], its intensity transforms at strength 1): not cumulative, run beside default
 
 Per variant and class: the test Dice, median and interquartile range over seeds (a seed sets the
 sampler and the training seed), with and without TTA, and the search's wall time. Writes
-``summary.json`` and ``summary.md``; finished runs are kept, so a second call only runs what is
+``OUT/recipe.{json,md,png}``; finished runs are kept, so a second call only runs what is
 missing.
 
     python benchmarks/recipe.py --task mni152 --seeds 3
@@ -29,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from benchlib import REPO, TASK_FILES, fmt_stat, prepare_task, quartiles, run_tune
+from benchlib import REPO, TASK_FILES, fmt_stat, prepare_task, quartiles, run_tune, write_report
 
 OLD = {"loss": "dice", "lr_schedule": "constant", "foreground_oversampling": 0.0}
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -38,7 +40,16 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "+poly": {**OLD, "loss": "dice_ce", "lr_schedule": "poly"},
     "+oversampling": {**OLD, "loss": "dice_ce", "lr_schedule": "poly", "foreground_oversampling": 0.33},
     "default": {},
+    "+augment": {"augment": {"rotation": 30.0, "scale": [0.7, 1.4], "nnunet_intensity": 1.0}},
 }
+
+
+def _with_variant(train: dict[str, Any], variant: dict[str, Any]) -> dict[str, Any]:
+    """``train`` with the variant's keys, ``augment``'s merged key by key (the task's flips kept)."""
+    merged = {**train, **variant}
+    if "augment" in variant:
+        merged["augment"] = {**train.get("augment", {}), **variant["augment"]}
+    return merged
 
 
 def evaluate(model: Path, out: Path, tta: bool) -> dict[str, Any]:
@@ -56,7 +67,7 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
     p.add_argument("--patch", default=None, help="train.patch override, e.g. 48 (default: the file's)")
-    p.add_argument("--out", default=None, help="default runs/bench-recipe-<task>")
+    p.add_argument("--out", default=None, help="for recipe.json, .md and .png (default runs/bench-recipe-<task>)")
     a = p.parse_args()
 
     space_file = Path(a.space) if a.space else TASK_FILES[a.task]
@@ -73,7 +84,7 @@ def main() -> None:
             doc = dict(base)
             doc["name"] = f"recipe-{name}"
             doc["data"] = {**base.get("data", {}), "source": str(prepared)}
-            doc["train"] = {**base.get("train", {}), **VARIANTS[variant], "seed": seed}
+            doc["train"] = {**_with_variant(base.get("train", {}), VARIANTS[variant]), "seed": seed}
             if a.patch:
                 doc["train"]["patch"] = [int(a.patch)] * 3
             doc["search"] = {**base["search"], "seed": seed}
@@ -93,24 +104,27 @@ def main() -> None:
             }
             print(f"    {variant} seed {seed}: test {results[variant][seed]['test']}", flush=True)
     classes = sorted(next(iter(next(iter(results.values())).values()))["test"])
-    header = "| variant | " + " | ".join(f"{c} | {c} (TTA)" for c in classes) + " | search wall (s) |"
-    lines = [
-        f"test Dice on {a.task}, median [IQR] over {a.seeds} seed(s); each row adds one change to the rows above",
-        "",
-        header,
-        "|---|" + "---|" * (2 * len(classes) + 1),
-    ]
+    rows = []
     for variant, seeds in results.items():
-        cells = []
+        row: dict[str, Any] = {"variant": variant}
         for c in classes:
-            for key in ("test", "test_tta"):
-                cells.append(fmt_stat(*quartiles([s[key][c] for s in seeds.values()]), 4))
-        walls = fmt_stat(*quartiles([s["search_wall_seconds"] for s in seeds.values()]), 0)
-        lines.append(f"| {variant} | " + " | ".join(cells) + f" | {walls} |")
-    text = "\n".join(lines)
-    print(text)
-    (root / "summary.md").write_text(text + "\n")
-    (root / "summary.json").write_text(json.dumps({"task": a.task, "results": results}, indent=1))
+            row[c] = fmt_stat(*quartiles([s["test"][c] for s in seeds.values()]), 4)
+            row[f"{c} (TTA)"] = fmt_stat(*quartiles([s["test_tta"][c] for s in seeds.values()]), 4)
+        row["search wall (s)"] = fmt_stat(*quartiles([s["search_wall_seconds"] for s in seeds.values()]), 0)
+        rows.append(row)
+    title = f"test Dice on {a.task}, median [IQR] over {a.seeds} seed(s); each row adds one change to the rows above"
+
+    def draw(fig: Any) -> None:
+        axes = fig.add_subplot()
+        for i, c in enumerate(classes):
+            for j, seeds in enumerate(results.values()):
+                values = [s["test"][c] for s in seeds.values()]
+                axes.scatter([j + 0.1 * i] * len(values), values, label=c if j == 0 else None, color=f"C{i}")
+        axes.set_xticks(range(len(results)), list(results))
+        axes.set_ylabel("test Dice (each seed)")
+        axes.legend()
+
+    write_report(root, "recipe", title=title, rows=rows, data={"task": a.task, "results": results}, figure=draw)
 
 
 if __name__ == "__main__":

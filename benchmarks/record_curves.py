@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from benchlib import REPO, TASK_FILES, anatomy_data, prepare_task
+from benchlib import REPO, TASK_FILES, anatomy_data, fmt_stat, prepare_task, quartiles, write_report
 
 #: the space of the anatomy32 task, as its search file (the shipped table's companion) holds it
 ANATOMY32_SPACE: dict[str, Any] = yaml.safe_load(TASK_FILES["anatomy32"].read_text())["space"]
@@ -171,7 +171,9 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=None, help="train.epochs (default: the task's)")
     p.add_argument("--seed", type=int, default=0, help="the design's scrambling seed")
     p.add_argument("--concurrency", type=int, default=2)
-    p.add_argument("--out", default=None, help="default runs/curves-<task>")
+    p.add_argument(
+        "--out", default=None, help="for the recording and record_curves.json, .md, .png (default runs/curves-<task>)"
+    )
     p.add_argument("--table", default=None, help="write the curve table here (.csv or .csv.gz)")
     a = p.parse_args()
 
@@ -195,11 +197,11 @@ def main() -> None:
     doc["space"] = {**space, "seed": {"choice": sorted(a.seeds)}}
     doc["parallelism"] = {"mode": "experiment", "workers_per_trial": 1, "cpus_per_worker": 1, "gpus_per_worker": 0}
     search = record(doc, root)
-    if a.table:
-        from distmis.simulate import curves_of_search, write_table
+    from distmis.simulate import curves_of_search, write_table
 
-        table, left_out = curves_of_search(search)
-        path = write_table(table.curves, a.table)
+    table, left_out = curves_of_search(search)
+    if a.table:
+        path = write_table(table.curves, a.table, recipe=table.recipe)
         configs = len({tuple(sorted((k, str(v)) for k, v in c.params.items())) for c in table.curves})
         print(
             f"{path}: {len(table.curves)} curves of {configs} configurations, training seeds "
@@ -207,6 +209,34 @@ def main() -> None:
             f"{path.stat().st_size / 1024:.0f} KiB",
             flush=True,
         )
+    report(table.curves, doc["search"].get("metric", "val_dice"), left_out, root, a.task)
+
+
+def report(curves: list[Any], metric: str, left_out: int, root: Path, task: str) -> None:
+    """``root/record_curves.{json,md,png}``: per training seed, the curves recorded, their best value of
+    ``metric`` and their epoch seconds (median [IQR]); the histogram of the best values."""
+    rows = []
+    for seed in sorted({c.training_seed for c in curves}):
+        mine = [c for c in curves if c.training_seed == seed]
+        best = [max(c.values[metric]) for c in mine]
+        seconds = [s for c in mine for s in c.epoch_seconds[1:]]
+        rows.append(
+            {
+                "training seed": seed,
+                "curves": len(mine),
+                f"best {metric}": fmt_stat(*quartiles(best), 4),
+                "epoch seconds after the first": fmt_stat(*quartiles(seconds), 2) if seconds else "-",
+            }
+        )
+
+    def draw(fig: Any) -> None:
+        axes = fig.add_subplot()
+        axes.hist([max(c.values[metric]) for c in curves], bins=30)
+        axes.set_xlabel(f"best {metric} of a curve")
+        axes.set_ylabel("curves")
+
+    title = f"curves recorded on {task}: {len(curves)} ({left_out} failed or diverged, left out)"
+    write_report(root, "record_curves", title=title, rows=rows, figure=draw)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,8 @@ import os
 import subprocess
 import sys
 
+from benchlib import add_out_option, write_report
+
 # What both measuring scripts start with: TensorFlow set up as a trial sets it up, and the memory
 # in use and its peak: TensorFlow's allocator on a GPU, or on the CPU when it runs the BFC
 # allocator; host RSS otherwise.
@@ -182,7 +184,9 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--steps", type=int, default=3, help="steps after the warm-up in each memory row")
     ap.add_argument("--pairs", type=int, default=7, help="alternated plain/remat step pairs for the step time")
+    add_out_option(ap, "remat")
     args = ap.parse_args()
+    report = []
     print(
         f"3D U-Net depth {args.depth}, {args.filters} filters, batch {args.batch}, group norm, 4 channels; "
         f"memory: a fresh process per row; step time: {args.pairs} alternated plain/remat step pairs in one "
@@ -202,6 +206,7 @@ def main() -> None:
                 f"{rss:>18} {r['kept_bytes'] / 2**30:17.2f}"
             )
         plain, remat = rows
+        report += [{"size": size, **r} for r in rows]
         change = f"tensor peak {100 * (remat['tensor_peak_bytes'] / plain['tensor_peak_bytes'] - 1):+.0f}%"
         if plain["rss_peak_bytes"]:
             change += f", host RSS peak {100 * (remat['rss_peak_bytes'] / plain['rss_peak_bytes'] - 1):+.0f}%"
@@ -223,6 +228,8 @@ def main() -> None:
             )
     kernels = {True: "oneDNN", False: "generic (oneDNN off)", None: "unknown"}[plain["onednn"]]
     print(f"device {plain['device']}; CPU kernels {kernels} (distmis sets TF_ENABLE_ONEDNN_OPTS=1 unless it is set)")
+    title = f"3D U-Net depth {args.depth}, {args.filters} filters, batch {args.batch}: memory and step time with remat"
+    write_report(args.out, "remat", title=title, rows=report, echo=False)
 
 
 if __name__ == "__main__":

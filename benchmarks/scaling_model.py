@@ -40,6 +40,9 @@ import json
 import math
 import random
 from pathlib import Path
+from typing import Any
+
+from benchlib import add_out_option, write_report
 
 
 def list_schedule(durations: list[float], workers: int) -> float:
@@ -151,7 +154,7 @@ def main() -> None:
     ap.add_argument("--alpha-ms", type=float, default=0.05, help="all-reduce latency per log2(N) step, ms")
     ap.add_argument("--inter", type=float, default=4.0, help="slow-down of all-reduce across nodes")
     ap.add_argument("--gpus-per-node", type=int, default=4)
-    ap.add_argument("--png", type=Path, default=Path("scaling_model.png"))
+    add_out_option(ap, "scaling_model")
     for key in DEFAULTS:
         ap.add_argument(f"--{key.replace('_', '-')}", type=float, default=None, help=f"override {key}")
     args = ap.parse_args()
@@ -181,12 +184,16 @@ def main() -> None:
             f"{r['n']:>5} {r['exp_speedup']:>19.2f}x {r['exp_eff']:>5.2f} {r['data_speedup']:>13.2f}x "
             f"{r['data_eff']:>5.2f} {r['sync_per_step_ms']:>13.2f}"
         )
-    import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    def draw(fig: Any) -> None:
+        plot_speedups(fig.add_subplot(), rows)
 
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    title = "MODEL of search speed-up from measured per-trial, per-epoch and sync costs"
+    write_report(args.out, "scaling_model", title=title, rows=rows, data={"inputs": params}, figure=draw, echo=False)
+
+
+def plot_speedups(ax: Any, rows: list[dict[str, Any]]) -> None:
+    """Both modes' modelled speed-up against the number of GPUs, with the DistMIS paper's measurement."""
     ns = [r["n"] for r in rows]
     ax.plot(ns, ns, ":", color="black", label="ideal")
     ax.plot(ns, [r["exp_speedup"] for r in rows], "o-", label="experiment parallelism (model)")
@@ -198,12 +205,8 @@ def main() -> None:
     ax.set_yscale("log", base=2)
     ax.set_xlabel("GPUs (workers)")
     ax.set_ylabel("speed-up of the whole search")
-    ax.set_title("MODEL of search speed-up from measured per-trial, per-epoch and sync costs", fontsize=9)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(args.png, dpi=100)
-    print(f"\nplot: {args.png}")
 
 
 if __name__ == "__main__":

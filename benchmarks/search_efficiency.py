@@ -24,8 +24,8 @@ Per method, as the median and the interquartile range over seeds:
   AUC                     the mean of the best-so-far curve over the grid's median wall time
   epochs, trials, wall    work done and the trial phase's length
 
-Writes ``summary.json`` (every seed's figures and curves), ``best_so_far.png`` (median best-so-far
-against time, IQR band) and prints the table. Finished runs are kept: a second call with the same
+Writes ``search_efficiency.json`` (every seed's figures and curves), ``.md`` (the table) and ``.png``
+(median best-so-far against time, IQR band) and prints the table. Finished runs are kept: a second call with the same
 ``--out`` only runs what is missing.
 
     python benchmarks/search_efficiency.py --seeds 5                  # quickstart data, target 0.93
@@ -37,18 +37,17 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import math
 import random
 from pathlib import Path
 from typing import Any
 
 import yaml
-from benchlib import REPO, TASK_FILES, prepare_task, run_tune
+from benchlib import REPO, TASK_FILES, prepare_task, run_tune, write_report
 
 from distmis.schema import RunFile
 from distmis.simulate import analyse
-from distmis.simulate.study import finite_json, plot, table_text
+from distmis.simulate.study import plot, table_text
 
 #: the default target of the search metric per task
 TARGETS = {"quickstart": 0.93, "mni152": 0.85, "anatomy32": 0.80}
@@ -235,7 +234,9 @@ def main() -> None:
     p.add_argument("--samples", type=int, default=32, help="trials of the sampling methods (the grid has 32)")
     p.add_argument("--epochs", type=int, default=None, help="train.epochs (default: the task file's)")
     p.add_argument("--target", type=float, default=None, help="target value of the search metric")
-    p.add_argument("--out", default=None, help="default runs/bench-search-<task>")
+    p.add_argument(
+        "--out", default=None, help="for search_efficiency.json, .md and .png (default runs/bench-search-<task>)"
+    )
     a = p.parse_args()
 
     space_file = Path(a.space) if a.space else TASK_FILES[a.task]
@@ -256,9 +257,6 @@ def main() -> None:
     sign = 1.0 if mode == "max" else -1.0
     table = analyse(runs, target, sign, horizon_from="grid")
     text = table_text(table, metric)
-    print(text)
-    plot(runs, table, root / "best_so_far.png", metric, title="Best so far: median over seeds, IQR shaded")
-    (root / "summary.md").write_text(text + "\n")
     document = {
         "task": a.task,
         "space_file": str(space_file),
@@ -267,8 +265,16 @@ def main() -> None:
         **table,
         "curves": {m: {s: r["events"] for s, r in by_seed.items()} for m, by_seed in runs.items()},
     }
-    (root / "summary.json").write_text(json.dumps(finite_json(document), indent=1))
-    print(f"\n{root / 'summary.json'}, {root / 'best_so_far.png'}")
+    title = f"search efficiency on {a.task}: best so far, median over seeds, IQR shaded"
+    write_report(
+        root,
+        "search_efficiency",
+        title=title,
+        rows=[],
+        data=document,
+        markdown=text,
+        png=lambda path: plot(runs, table, path, metric, title="Best so far: median over seeds, IQR shaded"),
+    )
 
 
 if __name__ == "__main__":

@@ -53,7 +53,7 @@ from typing import Any
 
 import optuna
 import yaml
-from benchlib import REPO, TASK_FILES
+from benchlib import REPO, TASK_FILES, write_report
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from record_curves import ANATOMY32_SPACE
@@ -560,11 +560,24 @@ def main() -> None:
             *(_row(m, table["methods"][m]) for m in methods),
         ]
         print("\n".join(lines[-(len(methods) + 4) :]), flush=True)
-    out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(out / "summary.md", "\n".join(lines) + "\n")
-    write_text_atomic(out / "summary.json", json.dumps(finite_json(results), indent=1) + "\n")
+    title, *table = lines
+
+    def draw(fig: Any) -> None:
+        axes = fig.add_subplot()
+        for i, method in enumerate(methods):
+            points = [
+                (key, scenario_table["methods"][method]["summary"]["time_to_target"]["median"])
+                for key, scenario_table in results.items()
+            ]
+            medians = [v if math.isfinite(v) else math.nan for _, v in points]
+            axes.plot([k for k, _ in points], medians, marker="o", color=f"C{i}", label=method)
+        axes.set_ylabel("median time to R, simulated seconds (gaps: never)")
+        axes.tick_params(axis="x", labelrotation=45)
+        axes.legend(fontsize=7)
+
+    write_report(out, "search_scale", title=title, rows=[], data=results, markdown="\n".join(table).strip(), figure=draw,
+                 echo=False)  # fmt: skip
     write_text_atomic(out / "methods.yaml", yaml.safe_dump({"methods": METHODS, "grid_space": GRID_SPACE}))
-    print(f"\n{out / 'summary.md'}, {out / 'summary.json'}")
 
 
 if __name__ == "__main__":

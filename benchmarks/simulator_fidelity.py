@@ -30,21 +30,19 @@ then compared instead (``reach_p``).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import yaml
-from benchlib import REPO, TASK_FILES
+from benchlib import REPO, TASK_FILES, write_report
 from scipy.stats import binomtest
 from search_efficiency import TARGETS, read_search, run_dir, run_dirs, search_doc
 
 from distmis.config import ExperimentConfig
-from distmis.files import write_text_atomic
 from distmis.simulate import CurveError, CurveTable, StartupCosts, analyse, read_curves, simulate_search
-from distmis.simulate.study import NearestCurves, finite_json, fmt_stat, on_clock, read_tables, time_to, typed_for
+from distmis.simulate.study import NearestCurves, fmt_stat, on_clock, read_tables, time_to, typed_for
 
 METHODS = ("grid", "random", "default")
 
@@ -356,7 +354,8 @@ def main() -> None:
     p.add_argument("--sim-seeds", type=int, default=40)
     p.add_argument("--samples", type=int, default=32)
     p.add_argument("--target", type=float, default=None)
-    p.add_argument("--name", default="fidelity", help="the output files' name: NAME.md, NAME.json in --real")
+    p.add_argument("--name", default="fidelity", help="the output files' name: NAME.json, NAME.md, NAME.png")
+    p.add_argument("--out", type=Path, default=None, help="the directory for them (default: --real)")
     p.add_argument(
         "--own-curves",
         action="store_true",
@@ -395,29 +394,32 @@ def main() -> None:
             for m, h in held_out.items()
         )
     )
-    print(text)
-    write_text_atomic(root / f"{a.name}.md", text + "\n")
-    write_text_atomic(
-        root / f"{a.name}.json",
-        json.dumps(
-            finite_json(
-                {
-                    "real": real,
-                    "simulated": sim,
-                    "criterion_noise": noise,
-                    "reach_p": reach,
-                    "simulation": notes,
-                    "surrogate": held_out,
-                    "curves": a.curves,
-                    "clock": [clock.as_dict() for clock in clocks],
-                    "own_curves": own,
-                }
-            ),
-            indent=1,
-        )
-        + "\n",
-    )
-    print(f"\n{root / f'{a.name}.md'}, {root / f'{a.name}.json'}")
+    data = {
+        "real": real,
+        "simulated": sim,
+        "criterion_noise": noise,
+        "reach_p": reach,
+        "simulation": notes,
+        "surrogate": held_out,
+        "curves": a.curves,
+        "clock": [clock.as_dict() for clock in clocks],
+        "own_curves": own,
+    }
+
+    def draw(fig: Any) -> None:
+        axes = fig.add_subplot()
+        for i, m in enumerate(methods):
+            for kind, table, dx in (("real", real, -0.15), ("simulated", sim, 0.15)):
+                times = _times(table, m)
+                reached = times[np.isfinite(times)]
+                axes.scatter([i + dx] * len(reached), reached, color="C0" if kind == "real" else "C1",
+                             label=kind if i == 0 else None)  # fmt: skip
+        axes.set_xticks(range(len(methods)), methods)
+        axes.set_ylabel(f"seconds to {target:g} (each seed that reached it)")
+        axes.legend()
+
+    title = f"the simulator against real searches on {a.task}: time to target {target:g}, real and simulated"
+    write_report(a.out or root, a.name, title=title, rows=[], data=data, markdown=text, figure=draw)
 
 
 if __name__ == "__main__":

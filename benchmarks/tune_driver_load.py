@@ -60,7 +60,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from benchlib import REPO
+from benchlib import REPO, add_out_option, write_report
 
 DEFAULT_RUNS = "2x2x40x0.2,8x8x40x0.2,8x64x5x0.2,8x8x40x0.03,32x32x20x1.0,32x32x20x0.25,2x40x2x0.01,8x160x2x0.01"
 
@@ -300,10 +300,10 @@ def summary(gaps: list[float]) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", default=DEFAULT_RUNS, help=f"KxNxExS runs, comma-separated (default {DEFAULT_RUNS})")
+    add_out_option(p, "tune_driver_load")
     p.add_argument(
-        "--out", type=Path, default=Path("runs/tune-driver-load.json"), help="where the measured runs are kept"
+        "--replay", action="store_true", help="measure nothing: fit and replay the runs kept in --out's JSON"
     )
-    p.add_argument("--replay", action="store_true", help="measure nothing: fit and replay the runs kept in --out")
     p.add_argument(
         "--spin",
         type=int,
@@ -316,7 +316,8 @@ def main() -> None:
     if a.spin < 0:
         p.error(f"--spin: expected 0 or more processes, got {a.spin}")
     specs = [] if a.replay else [s.split("x") for s in a.runs.split(",")]
-    runs = [Measured(**r) for r in json.loads(a.out.read_text())] if a.replay else []
+    kept = a.out / "tune_driver_load.json"
+    runs = [Measured(**r) for r in json.loads(kept.read_text())["data"]["runs"]] if a.replay else []
     print(
         "| K at once | trials | epochs | sleep (s) | results/s | driver CPU per result (ms) | gap median [p10-p90] (ms) "
         f"| gap mean (ms) | cores busy, of {os.cpu_count()} |"
@@ -334,10 +335,9 @@ def main() -> None:
             f"{1000 * statistics.mean(g):.0f} | {'-' if r.cores_busy is None else f'{r.cores_busy:.2f}'} |",
             flush=True,
         )
-    if not a.replay:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(json.dumps([asdict(r) for r in runs]) + "\n")
     if len(runs) < 3:
+        title = f"the Tune driver's work: {len(runs)} run(s) kept, too few to fit"
+        write_report(a.out, "tune_driver_load", title=title, rows=[], data={"runs": [asdict(r) for r in runs]})
         raise SystemExit("the fit needs 3 runs or more (--runs)")
     fixed, cpu_per_result, cpu_per_trial = cpu_fit(runs)
     loaded = min(runs, key=serial_per_result)
@@ -364,10 +364,39 @@ def main() -> None:
     print("gaps, median / mean (ms):\n")
     print("| K at once | trials | sleep (s) | real | engine, driver charged | engine, driver free |")
     print("|---|---|---|---|---|---|")
+    rows = []
     for r in runs:
         charged = replay(r, report, per_result, per_trial)
         free = replay(r, report, 0.0, 0.0)
         print(f"| {r.workers} | {r.trials} | {r.sleep} | {summary(r.gaps)} | {summary(charged)} | {summary(free)} |")
+        rows.append(
+            {
+                "K at once": r.workers,
+                "trials": r.trials,
+                "sleep (s)": r.sleep,
+                "real gaps, median / mean (ms)": summary(r.gaps),
+                "engine, driver charged": summary(charged),
+                "engine, driver free": summary(free),
+            }
+        )
+    fit = {
+        "fixed_cpu_seconds": fixed,
+        "cpu_per_result_seconds": cpu_per_result,
+        "cpu_per_trial_seconds": cpu_per_trial,
+        "serial_per_result_seconds": per_result,
+        "serial_per_trial_seconds": per_trial,
+        "report_seconds": report,
+    }
+
+    def draw(fig: Any) -> None:
+        axes = fig.add_subplot()
+        axes.boxplot([[1000 * g for g in r.gaps] for r in runs], showfliers=False)
+        axes.set_xticks(range(1, len(runs) + 1), [f"K{r.workers}, {r.sleep} s" for r in runs], rotation=45)
+        axes.set_ylabel("gap between a trial's results (ms)")
+
+    title = f"the Tune driver's work per result and per trial, {len(runs)} runs"
+    data = {"runs": [asdict(r) for r in runs], "fit": fit}
+    write_report(a.out, "tune_driver_load", title=title, rows=rows, data=data, figure=draw, echo=False)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 import yaml
+from benchlib import add_out_option, write_report
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # this process prepares the data with TensorFlow
 
@@ -131,6 +132,7 @@ def main() -> None:
     ap.add_argument("--plain-loop", help=argparse.SUPPRESS)
     ap.add_argument("--part", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--parts", type=int, default=1, help=argparse.SUPPRESS)
+    add_out_option(ap, "tune_overhead")
     args = ap.parse_args()
     if args.plain_loop:
         plain_loop(args.plain_loop, args.part, args.parts)
@@ -168,7 +170,13 @@ def main() -> None:
     if timings.is_file():  # where the search's own wall time went, phase by phase
         startup = first_trial_startup(detail1)
         print_fixed_cost(json.loads(timings.read_text()), tune1, phase1, plain, plain_train, startup)
+    rows = [
+        {"run": "plain loop (1 process, 1 thread)", "end to end (s)": plain, "trial phase (s)": plain_train},
+        {"run": "distmis tune, 1 trial at a time", "end to end (s)": tune1, "trial phase (s)": phase1},
+    ]
+    title = f"4 trials x {args.epochs} epochs at {args.size}^3: distmis tune against a plain training loop"
     if args.ratio_only:
+        write_report(args.out, "tune_overhead", title=title, rows=rows, echo=False)
         return
     # the host's own ceiling for 2-way concurrency: two plain processes, 2 configs each, at once
     start = time.perf_counter()
@@ -190,6 +198,11 @@ def main() -> None:
     print(
         f"{'host ceiling: 2 plain processes at once':36s}{plain2:10.1f} s  -> speed-up {plain / plain2:.2f}x without Ray"
     )
+    rows += [
+        {"run": "distmis tune, 2 concurrent trials", "end to end (s)": tune2, "trial phase (s)": phase2},
+        {"run": "host ceiling: 2 plain processes at once", "end to end (s)": plain2, "trial phase (s)": None},
+    ]
+    write_report(args.out, "tune_overhead", title=title, rows=rows, echo=False)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import pyarrow.fs as pafs
+from benchlib import add_out_option, write_report
 
 from distmis.tuning import tune_storage
 
@@ -55,7 +56,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--trials", default="64,128,256,512")
     p.add_argument("--repeats", type=int, default=5)
+    add_out_option(p, "tune_storage")
     a = p.parse_args()
+    rows = []
     print("| trials | files | pyarrow local (s) | distmis whole-file (s) | ratio |")
     print("|---|---|---|---|---|")
     for n in (int(x) for x in a.trials.split(",")):
@@ -66,8 +69,11 @@ def main() -> None:
             plain = sync_seconds(src, root / "plain", pafs.LocalFileSystem(), a.repeats)
             whole = sync_seconds(src, root / "whole", tune_storage(), a.repeats)
             print(f"| {n} | {files} | {plain:.3f} | {whole:.3f} | {whole / plain:.2f} |", flush=True)
+            rows.append({"trials": n, "files": files, "pyarrow local (s)": plain, "distmis whole-file (s)": whole})
         finally:
             shutil.rmtree(root, ignore_errors=True)
+    title = f"syncing a search's trial directories, median of {a.repeats}: pyarrow's local copy against distmis's"
+    write_report(a.out, "tune_storage", title=title, rows=rows, echo=False)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.fs as pafs
+from benchlib import add_out_option, write_report
 
 from distmis.tuning import WholeFileLocalHandler, tune_environment
 
@@ -89,7 +90,9 @@ def main() -> None:
     p.add_argument("--concurrency", default="2,8,32")
     p.add_argument("--epoch-seconds", type=float, default=2.0)
     p.add_argument("--epochs", type=int, default=15)
+    add_out_option(p, "tune_sync_rate")
     a = p.parse_args()
+    rows = []
     print(f"trials of {a.epochs} epochs of {a.epoch_seconds} s, one wave of K at once")
     print(
         "| K trials at once | wall (s) | syncs | syncs per epoch-length | checkpoints per epoch-length | median gap (s) |"
@@ -101,6 +104,9 @@ def main() -> None:
             f"| {k} | {r['wall']:.1f} | {r['syncs']} | {r['per_epoch']:.2f} | {k} | {r['median_gap']:.2f} |",
             flush=True,
         )
+        rows.append({"K trials at once": k, **r})
+    title = f"trials of {a.epochs} epochs of {a.epoch_seconds} s, one wave of K at once: Tune's syncs"
+    write_report(a.out, "tune_sync_rate", title=title, rows=rows, echo=False)
 
 
 if __name__ == "__main__":

@@ -28,12 +28,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import REPO, TASK_FILES, prepare_task
+from benchlib import REPO, TASK_FILES, prepare_task, write_report
 
 MODES = ("kept", "trial")
 
@@ -118,27 +119,36 @@ def main() -> None:
         results[mode] = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
         print(f"  {mode}: {len(results[mode])} trials, {time.time() - started:.0f} s", flush=True)
 
-    lines = [
-        f"{a.trials} trials of {a.epochs} epochs in one process (anatomy32 model: depth {base['model']['depth']}, "
-        f"{base['model']['filters']} filters, 32^3 patch), this machine, one TensorFlow thread",
-        "",
-        "| variant | memory, trial 2 -> last (MB) | memory per trial (MB) | Python objects per trial "
-        "| custom gradients held at the end | train s/epoch, trials 2-6 -> last 5 |",
-        "|---|---|---|---|---|---|",
-    ]
+    table = []
     for mode, rows in results.items():
         rss = [r["rss_mb"] for r in rows]
         secs = [r["train_seconds"] for r in rows]
-        lines.append(
-            f"| {mode} | {rss[1]:.0f} -> {rss[-1]:.0f} | {slope(rss):.2f} | {slope([r['objects'] for r in rows]):.0f} "
-            f"| {rows[-1]['custom_gradients']} | {statistics.median(secs[1:6]):.3f} -> {statistics.median(secs[-5:]):.3f} |"
+        table.append(
+            {
+                "variant": mode,
+                "memory, trial 2 -> last (MB)": f"{rss[1]:.0f} -> {rss[-1]:.0f}",
+                "memory per trial (MB)": round(slope(rss), 2),
+                "Python objects per trial": round(slope([r["objects"] for r in rows])),
+                "custom gradients held at the end": rows[-1]["custom_gradients"],
+                "train s/epoch, trials 2-6 -> last 5": (
+                    f"{statistics.median(secs[1:6]):.3f} -> {statistics.median(secs[-5:]):.3f}"
+                ),
+            }
         )
-    text = "\n".join(lines)
-    print(text)
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "warm_trials.json").write_text(json.dumps(results, indent=1) + "\n")
-    (root / "warm_trials.md").write_text(text + "\n")
-    print(f"\n{root / 'warm_trials.md'}, {root / 'warm_trials.json'}")
+
+    def draw(fig: Any) -> None:
+        axes = fig.add_subplot()
+        for mode, rows in results.items():
+            axes.plot([r["rss_mb"] for r in rows], marker=".", label=mode)
+        axes.set_xlabel("trial")
+        axes.set_ylabel("process RSS (MB)")
+        axes.legend()
+
+    title = (
+        f"{a.trials} trials of {a.epochs} epochs in one process (anatomy32 model: depth {base['model']['depth']}, "
+        f"{base['model']['filters']} filters, 32^3 patch), this machine, one TensorFlow thread"
+    )
+    write_report(root, "warm_trials", title=title, rows=table, data={"runs": results}, figure=draw)
 
 
 if __name__ == "__main__":

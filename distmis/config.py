@@ -155,8 +155,14 @@ class AugmentConfig(_Section):
     intensity: float = Field(0.1, ge=0, description="max relative scale / shift of intensities")
     noise: float = Field(0.0, ge=0, description="std of additive Gaussian noise")
     # nnU-Net's transforms (distmis.data._augment), off until measured to help here: nnU-Net uses
-    # rotation 180 (isotropic patches), scale [0.7, 1.4] and its intensity transforms at strength 1
-    rotation: float = Field(0.0, ge=0, le=180, description="max rotation in degrees about each axis (p 0.2 each)")
+    # rotation 30 for 3D patches (180 in-plane for anisotropic data), scale [0.7, 1.4] and its
+    # intensity transforms at strength 1
+    rotation: float = Field(
+        0.0,
+        ge=0,
+        le=180,
+        description="max rotation in degrees (p 0.2 per patch): about each axis, or in-plane only for anisotropic data",
+    )
     scale: tuple[float, float] = Field((1.0, 1.0), description="zoom range (p 0.2); [1, 1] is off")
     nnunet_intensity: float = Field(
         0.0, ge=0, le=1, description="nnU-Net's noise, blur, brightness, contrast, low-res, gamma: 0 off, 1 its ranges"

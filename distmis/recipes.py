@@ -101,10 +101,24 @@ DISTMIS = Recipe(
 )
 
 RECIPES: dict[str, Recipe] = {r.name: r for r in (NNUNET, DISTMIS)}
+
+#: what tells two recipes' networks apart whatever a plan or a search chose for their widths and depth
+_NETWORK_KEYS = ("activation", "downsample")
+
+
+def recipe_of(model: Any) -> str | None:
+    """The recipe whose network ``model`` (a :class:`~distmis.config.ModelConfig`) is built like, by its
+    activation and down-sampling; ``None`` for a network of neither."""
+    for recipe in RECIPES.values():
+        if all(getattr(model, key, None) == recipe.model[key] for key in _NETWORK_KEYS):
+            return recipe.name
+    return None
+
+
 #: what ``distmis init`` plans without ``--recipe``. Measured on the MNI152 anatomy task at 150 steps
 #: on a CPU (docs/benchmarks.md, "Recipes"): nnU-Net's recipe at 8 or 16 base filters scored 0.83-0.86
 #: grey / 0.84-0.89 white matter, distmis's 0.89-0.90 / 0.91-0.92; a default moves only on a measured gain
 DEFAULT_RECIPE = "distmis"
 
 
-__all__ = ["CPU_FILTERS", "DEFAULT_RECIPE", "DISTMIS", "NNUNET", "RECIPES", "Recipe"]
+__all__ = ["CPU_FILTERS", "DEFAULT_RECIPE", "DISTMIS", "NNUNET", "RECIPES", "Recipe", "recipe_of"]

@@ -7,6 +7,7 @@ while the command written beside it still runs.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -64,3 +65,28 @@ def test_every_documented_benchmark_option_is_one_the_script_takes() -> None:
             if option not in known
         ]
     assert bad == []
+
+
+@pytest.mark.parametrize("script", [p.name for p in SCRIPTS])
+def test_every_benchmark_writes_through_one_output_convention(script: str) -> None:
+    """``--out DIR`` for each, and its figures written by ``benchlib.write_report`` (NAME.json, .md, .png)."""
+    assert "--out" in _help(script).stdout
+    assert "write_report(" in (REPO / "benchmarks" / script).read_text(encoding="utf-8")
+
+
+def test_a_benchmark_writes_its_json_markdown_and_png(tmp_path: Path) -> None:
+    """The model of both parallel modes measures nothing, so it runs here in a second: its three files."""
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "scaling_model.py"), "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    written = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert written == ["scaling_model.json", "scaling_model.md", "scaling_model.png"]
+    document = json.loads((tmp_path / "out" / "scaling_model.json").read_text())
+    assert [row["n"] for row in document["rows"]] == [1, 2, 4, 8, 16, 32]
+    assert "| n |" in (tmp_path / "out" / "scaling_model.md").read_text()
+    assert (tmp_path / "out" / "scaling_model.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

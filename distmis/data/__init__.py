@@ -1,7 +1,10 @@
 """Data: MSD NIfTI datasets, synthetic data, preparation into chunked per-case arrays, tf.data loading read on demand."""
 
+from distmis.data._augment import INTENSITY_CHANCES
 from distmis.data._augment import intensity as augment_intensity
+from distmis.data._augment import intensity_parameters as augment_intensity_parameters
 from distmis.data._augment import spatial as augment_spatial
+from distmis.data._augment import spatial_parameters as augment_spatial_parameters
 from distmis.data._cases import CaseReader, write_case
 from distmis.data._folds import cv_cases, fold_groups, fold_view, label_presence
 from distmis.data._inspect import fingerprint, overview_png
@@ -56,8 +59,11 @@ from distmis.data._synth import synth_case, write_synthetic_msd
 from distmis.data._visualize import read_case, render_case
 
 __all__ = [
+    "INTENSITY_CHANCES",
     "augment_intensity",
+    "augment_intensity_parameters",
     "augment_spatial",
+    "augment_spatial_parameters",
     "INIT_HEADER",
     "MIN_TRIAL_STEPS",
     "PlanOptions",

@@ -336,7 +336,7 @@ def _training_pipeline(
     indices = tf.data.Dataset.range(len(local)).shuffle(len(local), seed=seed, reshuffle_each_iteration=True)
     # one independent seed per element: reproducible and parallel-safe
     seeds = tf.data.Dataset.random(seed=seed + 7919 * (shard_index + 1)).batch(2)
-    augmented, moved = _augment_map(augment_config), _spatial_map(augment_config)
+    augmented, moved = _augment_map(augment_config), _spatial_map(augment_config, manifest.info.through_plane_axis)
 
     def read(index: tf.Tensor, s: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         s = tf.cast(s % (2**31 - 1), tf.int32)
@@ -454,15 +454,18 @@ def _augment_map(augment_config: Any) -> Callable[[tf.Tensor, tf.Tensor, tf.Tens
     return apply
 
 
-def _spatial_map(augment_config: Any) -> Callable[[tf.Tensor, tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]]:
-    """(patch, label values, element seed) -> rotated and scaled as ``train.augment`` says (nnU-Net's)."""
+def _spatial_map(
+    augment_config: Any, plane_axis: int | None
+) -> Callable[[tf.Tensor, tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]]:
+    """(patch, label values, element seed) -> rotated and scaled as ``train.augment`` says (nnU-Net's);
+    anisotropic data (``plane_axis``, its through-plane axis) is rotated in-plane only."""
     a = augment_config
     if a is None or (getattr(a, "rotation", 0) <= 0 and tuple(getattr(a, "scale", (1.0, 1.0))) == (1.0, 1.0)):
         return lambda image, label, s: (image, label)
     from distmis.data._augment import spatial
 
     def apply(image: tf.Tensor, label: tf.Tensor, s: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        return spatial(image, label, s + 2, rotation_degrees=a.rotation, scale=tuple(a.scale))
+        return spatial(image, label, s + 2, rotation_degrees=a.rotation, scale=tuple(a.scale), plane_axis=plane_axis)
 
     return apply
 

@@ -151,6 +151,22 @@ class PreparedInfo(LabelledChannels):
         return list(record.cases) if record is not None else []
 
     @property
+    def through_plane_axis(self) -> int | None:
+        """The axis of the prepared grid whose voxels are more than 3 times longer than the finest
+        axis's (nnU-Net's anisotropy threshold), about which alone spatial augmentation rotates; ``None``
+        for a near-isotropic grid, or one whose spacing was not recorded."""
+        from distmis.data._inspect import ANISOTROPY_RATIO
+
+        spacing = (self.fingerprint or {}).get("median_spacing_mm")
+        if not isinstance(spacing, list) or len(spacing) != 3 or min(spacing) <= 0:
+            return None
+        grid = [float(mm) for mm in spacing]
+        median_shape = (self.fingerprint or {}).get("median_shape")
+        if self.preprocessing.resize == "resample" and isinstance(median_shape, list) and len(median_shape) == 3:
+            grid = [mm * source / target for mm, source, target in zip(grid, median_shape, self.shape, strict=True)]
+        return grid.index(max(grid)) if max(grid) / min(grid) > ANISOTROPY_RATIO else None
+
+    @property
     def case_splits(self) -> CaseSplits:
         return CaseSplits(**{name: self.cases_of(name) for name in SPLITS})
 

@@ -152,7 +152,7 @@ def on_clock(tables: list[CurveTable], clock_of: list[Path] | None) -> tuple[Cur
         clocks = [Clock.between(t.curves, theirs.curves, theirs.source, t.source) for t in tables]
     except CurveError as e:
         raise CurveError(f"--clock-of {e}") from None
-    retimed = [CurveTable(clock.retimed(t.curves), t.source) for clock, t in zip(clocks, tables, strict=True)]
+    retimed = [CurveTable(clock.retimed(t.curves), t.source, t.recipe) for clock, t in zip(clocks, tables, strict=True)]
     return joined(retimed), clocks
 
 

@@ -42,6 +42,7 @@ from typing import Any
 
 from distmis.exceptions import ConfigError
 from distmis.files import write_text_atomic
+from distmis.recipes import RECIPES
 from distmis.space import ParamSpec, Space
 
 PARAM_PREFIX = "param."
@@ -99,6 +100,10 @@ class CurveTable:
 
     curves: list[Curve]
     source: str
+    #: the training recipe the curves were recorded with (:mod:`distmis.recipes`): a table file says
+    #: it in its first line (``# recipe: distmis``), a search directory in its search file; ``None``
+    #: where unknown, or where joined tables differ
+    recipe: str | None = None
 
     @property
     def metrics(self) -> list[str]:
@@ -214,30 +219,52 @@ def read_table(path: str | Path) -> CurveTable:
     path = Path(path)
     try:
         with _open_text(path) as fh:
-            reader = csv.DictReader(fh)
-            columns = list(reader.fieldnames or [])
-            twice = sorted({c for c in columns if columns.count(c) > 1})
-            if twice:  # a reader of rows by name would keep the last of them and read it as the first
-                raise CurveError(f"{path}: row 1: column {twice[0]!r} appears more than once")
-            missing = [c for c in ("trial", "epoch", "epoch_seconds") if c not in columns]
-            if missing:
-                raise CurveError(f"{path}: not a curve table: no column {missing[0]!r} (columns: {columns[:8]})")
-            if not any(c.startswith(METRIC_PREFIX) for c in columns):
-                raise CurveError(f"{path}: no validation metric column (val_...)")
-            curves = list(_curves_of_rows(reader, path, columns))
+            lines = fh.read().splitlines(keepends=True)
+        notes = _header_notes(lines)
+        reader = csv.DictReader(lines[len(notes) :])
+        columns = list(reader.fieldnames or [])
+        twice = sorted({c for c in columns if columns.count(c) > 1})
+        if twice:  # a reader of rows by name would keep the last of them and read it as the first
+            raise CurveError(f"{path}: row {1 + len(notes)}: column {twice[0]!r} appears more than once")
+        missing = [c for c in ("trial", "epoch", "epoch_seconds") if c not in columns]
+        if missing:
+            raise CurveError(f"{path}: not a curve table: no column {missing[0]!r} (columns: {columns[:8]})")
+        if not any(c.startswith(METRIC_PREFIX) for c in columns):
+            raise CurveError(f"{path}: no validation metric column (val_...)")
+        curves = list(_curves_of_rows(reader, path, columns, first_row=2 + len(notes)))
     except (OSError, EOFError, UnicodeDecodeError, csv.Error) as exc:
         raise CurveError(f"{path}: cannot read the curve table: {exc}") from None
     if not curves:
         raise CurveError(f"{path}: the curve table holds no rows")
-    return CurveTable(curves, str(path))
+    recipe = dict(notes).get("recipe")
+    if recipe is not None and recipe not in RECIPES:
+        raise CurveError(f"{path}: row 1: recipe {recipe!r}; expected one of {', '.join(sorted(RECIPES))}")
+    return CurveTable(curves, str(path), recipe)
 
 
-def _curves_of_rows(rows: Iterable[dict[str, str]], path: Path, columns: list[str]) -> Iterator[Curve]:
+#: a note line before a table's header: ``# key: value``
+_NOTE = re.compile(r"#\s*(?P<key>[a-z_]+)\s*:\s*(?P<value>.*?)\s*$")
+
+
+def _header_notes(lines: list[str]) -> list[tuple[str, str]]:
+    """The ``# key: value`` lines a table file begins with (the recipe it was recorded with), in order."""
+    notes = []
+    for line in lines:
+        if not line.startswith("#"):
+            break
+        match = _NOTE.match(line)
+        notes.append((match["key"], match["value"]) if match else ("", line.strip()))
+    return notes
+
+
+def _curves_of_rows(
+    rows: Iterable[dict[str, str]], path: Path, columns: list[str], *, first_row: int = 2
+) -> Iterator[Curve]:
     metrics = [c for c in columns if c.startswith(METRIC_PREFIX)]
     params = [c for c in columns if c.startswith(PARAM_PREFIX)]
     seen: set[str] = set()
     current: Curve | None = None
-    for number, row in enumerate(rows, start=2):  # row 1 is the header
+    for number, row in enumerate(rows, start=first_row):  # the line after the header
         where = f"{path}: row {number}"
         trial = (row.get("trial") or "").strip()
         if not trial:
@@ -334,7 +361,7 @@ def typed_for(table: CurveTable, space: Space, *, metric: str, epochs: int) -> C
                 values={m: v[:epochs] for m, v in curve.values.items()},
             )
         )
-    return CurveTable(typed, table.source)
+    return CurveTable(typed, table.source, table.recipe)
 
 
 def _check_recorded(value: Any, spec: ParamSpec, where: str) -> None:
@@ -357,12 +384,15 @@ def _check_recorded(value: Any, spec: ParamSpec, where: str) -> None:
 
 
 # --------------------------------------------------------------------------- writing
-def table_text(curves: Iterable[Curve]) -> str:
-    """The CSV text of ``curves`` (columns: :data:`FIXED_COLUMNS`, then parameters, then metrics)."""
+def table_text(curves: Iterable[Curve], *, recipe: str | None = None) -> str:
+    """The CSV text of ``curves`` (columns: :data:`FIXED_COLUMNS`, then parameters, then metrics),
+    after a line naming the ``recipe`` they were recorded with, where known."""
     curves = list(curves)
     params = sorted({p for c in curves for p in c.params})
     metrics = sorted({m for c in curves for m in c.values})
     out = io.StringIO()
+    if recipe:
+        out.write(f"# recipe: {recipe}\n")
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow([*FIXED_COLUMNS, *(PARAM_PREFIX + p for p in params), *metrics])
     for c in curves:
@@ -390,10 +420,11 @@ def _seconds_cell(value: float | None) -> str:
     return "" if value is None else f"{value:.3f}"
 
 
-def write_table(curves: Iterable[Curve], path: str | Path) -> Path:
-    """Write a curve table (gzip when ``path`` ends in ``.gz``, with a fixed mtime so the bytes are reproducible)."""
+def write_table(curves: Iterable[Curve], path: str | Path, *, recipe: str | None = None) -> Path:
+    """Write a curve table (gzip when ``path`` ends in ``.gz``, with a fixed mtime so the bytes are
+    reproducible); ``recipe``: the training recipe they were recorded with, named in its first line."""
     path = Path(path)
-    text = table_text(curves)
+    text = table_text(curves, recipe=recipe)
     if path.suffix != ".gz":
         write_text_atomic(path, text)
         return path

@@ -130,7 +130,21 @@ def curves_of_search(search: str | Path) -> tuple[CurveTable, int]:
         curves.append(curve)
     if not curves:
         raise CurveError(f"{search}: no trial of this search finished with finite metrics")
-    return CurveTable(curves, str(search)), left_out
+    return CurveTable(curves, str(search), _recipe_of_search(search)), left_out
+
+
+def _recipe_of_search(search: Path) -> str | None:
+    """The recipe of the network a search trained (its search file's ``model``), where it can be read."""
+    from pydantic import ValidationError
+
+    from distmis.config import ModelConfig
+    from distmis.recipes import recipe_of
+
+    try:
+        doc = yaml.safe_load((search / RunFile.SEARCH_FILE).read_text(encoding="utf-8")) or {}
+        return recipe_of(ModelConfig.model_validate(doc.get("model") or {}))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, ValidationError, AttributeError, TypeError):
+        return None
 
 
 def _curve(trial: dict[str, Any], rows: list[dict[str, str]], trial_dir: Path) -> Curve | None:
@@ -199,13 +213,15 @@ def read_tables(sources: list[str | Path]) -> list[CurveTable]:
         if len(sources) > 1:
             for c in table.curves:
                 c.trial = f"{index}:{c.trial}"
-        tables.append(CurveTable(table.curves, str(path)))
+        tables.append(CurveTable(table.curves, str(path), table.recipe))
     return tables
 
 
 def joined(tables: list[CurveTable]) -> CurveTable:
     """One table of the curves of ``tables``, in order."""
-    return CurveTable([c for t in tables for c in t.curves], ", ".join(t.source for t in tables))
+    recipes = {t.recipe for t in tables}
+    recipe = recipes.pop() if len(recipes) == 1 else None
+    return CurveTable([c for t in tables for c in t.curves], ", ".join(t.source for t in tables), recipe)
 
 
 def read_curves(sources: list[str | Path]) -> CurveTable:

@@ -256,7 +256,8 @@ def _header(methods: list[Method], table: CurveTable, workers: int, seeds: int, 
     c = m.costs
     lines = [
         f"simulated {len(methods)} search(es) x {seeds} seed(s) on {workers} worker(s) in {seconds:.1f} s, "
-        f"curves: {table.source} ({len(table.curves)} curves, {len(m.surrogate.keys)} configurations)",
+        f"curves: {table.source} ({len(table.curves)} curves, {len(m.surrogate.keys)} configurations, "
+        f"recorded with {_recipe_words(table.recipe)})",
         f"start-up (medians of the recorded trials): slot cold start {c.slot:.2f} s, first trial to its first epoch "
         f"{c.cold:.2f} s, a trial on a warm slot {c.warm:.2f} s, a fresh slot's first epoch "
         f"{c.cold_first_epoch:.2f} s longer than a warm one's; the search's fixed cost before its first trial "
@@ -266,7 +267,31 @@ def _header(methods: list[Method], table: CurveTable, workers: int, seeds: int, 
         f"{c.driver_per_trial * 1000:.0f} ms per trial",
         m.loo.line(m.config.search.metric),
     ]
+    mismatch = recipe_mismatch(table, m.config)
+    if mismatch:
+        lines.append(f"warning: {mismatch}")
     return "\n".join(lines)
+
+
+def _recipe_words(recipe: str | None) -> str:
+    return f"the {recipe} recipe" if recipe else "a recipe the table does not name"
+
+
+def recipe_mismatch(table: CurveTable, config: ExperimentConfig) -> str | None:
+    """Why the table's curves may not be this search's: they were recorded with another recipe's
+    network (its figures then say how a search of *that* recipe would go); ``None`` when they match
+    or either is unknown."""
+    from distmis.recipes import recipe_of
+
+    searched = recipe_of(config.model)
+    if table.recipe is None or searched is None or searched == table.recipe:
+        return None
+    return (
+        f"the curves were recorded with the {table.recipe} recipe, and this search trains the {searched} recipe's "
+        f"network (model.activation {config.model.activation}, model.downsample {config.model.downsample}): "
+        f"the times and values above are those of a {table.recipe} search; give curves recorded with this "
+        "recipe (a finished search directory of your own) to simulate this one"
+    )
 
 
 __all__ = ["Method", "method_of", "run_simulation", "with_seed"]

@@ -5,7 +5,20 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from distmis.data import augment_intensity, augment_spatial
+from distmis.data import (
+    INTENSITY_CHANCES,
+    augment_intensity,
+    augment_intensity_parameters,
+    augment_spatial,
+    augment_spatial_parameters,
+)
+
+DRAWS = 3000
+
+
+def _within_chance(hits: int, p: float, n: int = DRAWS) -> bool:
+    """Whether ``hits`` of ``n`` draws is what a chance of ``p`` gives (5 standard deviations)."""
+    return abs(hits / n - p) <= 5 * np.sqrt(p * (1 - p) / n)
 
 
 def _volume() -> tuple[tf.Tensor, tf.Tensor]:
@@ -40,6 +53,90 @@ def test_rotation_and_scaling_move_image_and_label_together() -> None:
     agree = np.abs(moved_image.numpy()[..., 0] / 10.0 - moved_label.numpy()) < 0.5
     assert agree.mean() > 0.95, agree.mean()
     assert (moved_label.numpy() == 2).sum() > 0  # the inner box is still there
+
+
+def test_spatial_draws_have_nnunets_chances_and_ranges() -> None:
+    """Rotation p 0.2 per patch (all three axes at once, each within the limit), scaling p 0.2 (one
+    factor within the range); and anisotropic data rotates about its through-plane axis only."""
+    draw = tf.function(augment_spatial_parameters)
+    angles, factors = [], []
+    for i in range(DRAWS):
+        a, f = draw(tf.constant([i, 11]), rotation_degrees=30.0, scale=(0.7, 1.4))
+        angles.append(a.numpy())
+        factors.append(float(f))
+    angles_a, factors_a = np.array(angles), np.array(factors)
+    rotated = np.any(angles_a != 0, axis=1)
+    assert _within_chance(int(rotated.sum()), 0.2)
+    assert np.all(angles_a[rotated] != 0)  # every axis turns when the patch does
+    assert np.abs(angles_a).max() <= np.radians(30) + 1e-6 and np.abs(angles_a).max() > np.radians(25)
+    scaled = factors_a != 1.0
+    assert _within_chance(int(scaled.sum()), 0.2)
+    assert factors_a[scaled].min() >= 0.7 and factors_a[scaled].max() <= 1.4
+    assert factors_a[scaled].min() < 0.75 and factors_a[scaled].max() > 1.35
+    assert not np.corrcoef(rotated, scaled)[0, 1] > 0.1  # drawn independently
+    for i in range(200):
+        a, _ = draw(tf.constant([i, 5]), rotation_degrees=180.0, scale=(1.0, 1.0), plane_axis=2)
+        assert a.numpy()[0] == 0 and a.numpy()[1] == 0
+
+
+def test_intensity_draws_have_nnunets_chances_and_ranges() -> None:
+    draw = tf.function(augment_intensity_parameters)
+    hits = dict.fromkeys(INTENSITY_CHANCES, 0)
+    values: dict[str, list[float]] = {}
+    for i in range(DRAWS):
+        p = draw(tf.constant([i, 13]), strength=1.0)
+        for name in INTENSITY_CHANCES:
+            hits[name] += bool(p[name])
+        for name in ("noise_variance", "blur_sigma", "brightness_factor", "contrast_factor", "zoom", "gamma_value"):
+            values.setdefault(name, []).append(float(p[name]))
+    for name, chance in INTENSITY_CHANCES.items():
+        assert _within_chance(hits[name], chance), (name, hits[name] / DRAWS, chance)
+    ranges = {
+        "noise_variance": (0.0, 0.1),
+        "blur_sigma": (0.5, 1.0),
+        "brightness_factor": (0.75, 1.25),
+        "contrast_factor": (0.75, 1.25),
+        "zoom": (0.5, 1.0),
+        "gamma_value": (0.7, 1.5),
+    }
+    for name, (low, high) in ranges.items():
+        seen = np.array(values[name])
+        span = high - low
+        assert seen.min() >= low and seen.max() <= high, name
+        assert seen.min() < low + 0.02 * span and seen.max() > high - 0.02 * span, name  # the whole range is used
+    half = draw(tf.constant([1, 13]), strength=0.5)
+    assert 0.875 <= float(half["brightness_factor"]) <= 1.125  # strength scales the range about "no change"
+
+
+def test_a_seed_gives_the_same_patch_and_another_seed_another() -> None:
+    image, label = _volume()
+    image = image + tf.random.stateless_normal(tf.shape(image), [4, 2])
+
+    def both(seed: tf.Tensor) -> tuple[np.ndarray, np.ndarray]:
+        x, y = augment_spatial(image, label, seed, rotation_degrees=30.0, scale=(0.7, 1.4))
+        return augment_intensity(x, seed + 3, strength=1.0).numpy(), y.numpy()
+
+    changed = 0
+    for i in range(30):
+        first, again = both(tf.constant([i, 9])), both(tf.constant([i, 9]))
+        assert np.array_equal(first[0], again[0]) and np.array_equal(first[1], again[1])
+        changed += not np.array_equal(first[0], both(tf.constant([i, 10]))[0])
+    assert changed >= 20, changed
+
+
+def test_in_plane_rotation_keeps_each_slice_in_its_plane() -> None:
+    """Rotated about the last axis only, a label whose slices differ keeps them apart: no slice of
+    one value takes voxels of another (what a through-plane rotation of thick slices would do)."""
+    label = np.zeros((16, 16, 6), np.uint8)
+    label[3:13, 3:13, :3] = 1
+    label[3:13, 3:13, 3:] = 2
+    image = tf.constant(label[..., None].astype(np.float32) * 10)
+    for i in range(60):
+        _, moved = augment_spatial(
+            image, tf.constant(label), tf.constant([i, 3]), rotation_degrees=180.0, scale=(1.0, 1.0), plane_axis=2
+        )
+        moved_np = moved.numpy()
+        assert set(np.unique(moved_np[..., :3])) <= {0, 1} and set(np.unique(moved_np[..., 3:])) <= {0, 2}
 
 
 def test_no_rotation_and_no_scaling_leave_the_patch_as_it_is() -> None:
@@ -78,3 +175,23 @@ def test_the_training_pipeline_applies_them_when_the_config_asks(prepared16) -> 
     assert np.isfinite(image.numpy()).all() and set(np.unique(label.numpy())) <= {0.0, 1.0}
     with pytest.raises(ValueError, match="low <= high"):
         AugmentConfig(scale=(1.4, 0.7))
+
+
+def test_a_dataset_of_thick_slices_is_rotated_in_plane(tmp_path) -> None:
+    """The prepared record names the through-plane axis of data whose slices are more than 3 times
+    thicker than their pixels (nnU-Net's threshold); near-isotropic data has none."""
+    import nibabel as nib
+
+    from distmis.config import PrepareConfig
+    from distmis.data import load_manifest, prepare_dataset, write_synthetic_msd
+
+    found = {}
+    for name, zooms in {"thick": (1.0, 1.0, 5.0), "isotropic": (1.0, 1.0, 1.2)}.items():
+        raw = write_synthetic_msd(tmp_path / name, cases=6, shape=(12, 12, 12), modalities=1, test_cases=0)
+        for path in sorted(raw.glob("*Tr/*.nii.gz")):
+            img = nib.load(path)
+            nib.save(nib.Nifti1Image(np.asanyarray(img.dataobj), np.diag([*zooms, 1.0])), path)
+        prepared = prepare_dataset(raw, tmp_path / f"{name}-prep", PrepareConfig(shape=(12, 12, 12), seed=0))
+        found[name] = load_manifest(tmp_path / f"{name}-prep").info.through_plane_axis
+        assert prepared.through_plane_axis == found[name]
+    assert found == {"thick": 2, "isotropic": None}

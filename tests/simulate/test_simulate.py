@@ -3,6 +3,7 @@ driven through it, curve tables refused with one line, and a table read from a r
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import math
 import os
@@ -915,3 +916,35 @@ def test_a_best_not_yet_reported_and_a_target_never_reached_read_as_words() -> N
     cells = [c.strip() for c in row.split("|")[1:-1]]
     assert cells[2].startswith("never") and cells[4].startswith("not yet"), cells
     assert cells[5].startswith("0.4000") and "inf" not in row, cells
+
+
+def test_a_table_names_the_recipe_it_was_recorded_with_and_a_search_of_another_is_warned(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The first line of a table names its recipe; simulating a search that trains another recipe's
+    network says so beside the figures; an unknown recipe is one error line."""
+    table = write_table(_table(), tmp_path / "curves.csv.gz", recipe="distmis")
+    assert read_table(table).recipe == "distmis"
+    shipped = sorted((Path(__file__).resolve().parents[2] / "benchmarks" / "curves").glob("*.csv.gz"))
+    assert shipped and {read_table(p).recipe for p in shipped} == {"distmis"}
+
+    search = _search(tmp_path, "random", "random", samples=4)
+    doc = yaml.safe_load(search.read_text())
+    doc["model"] = {"activation": "leaky_relu", "downsample": "strided", "norm": "instance"}
+    nnunet_like = tmp_path / "nnunet_like.yaml"
+    nnunet_like.write_text(yaml.safe_dump(doc, sort_keys=False))
+    for path, warned in ((search, False), (nnunet_like, True)):
+        out = tmp_path / f"sim-{path.stem}"
+        rc = main(["simulate", str(path), "--curves", str(table), "--workers", "2", "--seeds", "1", "--out", str(out)])
+        assert rc == 0
+        said = (out / "summary.md").read_text()
+        assert "recorded with the distmis recipe" in said
+        assert ("warning: the curves were recorded with the distmis recipe" in said) is warned, said
+
+    bad = tmp_path / "other.csv"
+    bad.write_text("# recipe: resnet\n" + gzip.decompress(table.read_bytes()).decode().split("\n", 1)[1])
+    capsys.readouterr()
+    out = tmp_path / "sim-bad"
+    rc = main(["simulate", str(search), "--curves", str(bad), "--workers", "2", "--seeds", "1", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "recipe 'resnet'" in err and "Traceback" not in err and not out.exists()
