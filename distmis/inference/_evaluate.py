@@ -38,6 +38,7 @@ from distmis.files import (
     atomic_file,
     check_output,
     check_replaceable,
+    marker_info,
     open_nofollow,
     write_json_atomic,
 )
@@ -371,6 +372,8 @@ def evaluate(
         out = model_dir.parent / RunFile.evaluation_dir(model_dir.absolute().name, split)
     out = Path(out)
     check_output(out, option="--out", inputs={"model": model_dir, "data": source, "raw dataset": raw_dataset(source)})
+    if track:
+        send_leftovers(model_dir, out, record.config.tracking.final_flush_seconds, replacing=overwrite)
     check_replaceable(out, option="--out", overwrite=overwrite)
     options.check()
     options.resolved_patch(record)
@@ -403,6 +406,39 @@ def evaluate(
 
 
 # --------------------------------------------------------------------------- MLflow
+def send_leftovers(model_dir: Path, out: Path, wait_seconds: float, *, replacing: bool) -> None:
+    """What an earlier evaluation in ``out`` left queued for its MLflow run (the store was down when it
+    ended), sent now, before that evaluation is replaced or the command is refused for it: a later
+    command in the same place delivers it, as ``tune --resume`` does a search's. Only a directory
+    ``distmis evaluate`` wrote is read (its queue names files to upload)."""
+    from distmis.console import notify
+    from distmis.exceptions import TrackingError
+    from distmis.tracking import RunWriter, read_tracking_state, reattach_uri
+
+    if out.is_symlink() or not (out / RunFile.MLFLOW_PENDING).is_file():
+        return
+    if not str((marker_info(out) or {}).get("written_by", "")).endswith(" evaluate"):
+        return
+    try:
+        state = read_tracking_state(out)
+        if state is None or not state.tracking_uri:
+            return
+        writer = RunWriter(reattach_uri(state.tracking_uri, None, None, model_dir), out)
+        queued = writer.pending()
+        if writer.deliver(wait_seconds):
+            notify(
+                f"distmis: {out}: the earlier evaluation's MLflow run received the {queued} operation(s) it had queued"
+            )
+        elif replacing:
+            notify(
+                f"distmis: warning: {out}: MLflow at {state.tracking_uri} did not take the earlier evaluation's "
+                f"{writer.pending()} queued operation(s); --overwrite replaces them with this evaluation"
+            )
+        writer.release()  # the directory may be replaced next: nothing of the earlier run is written there
+    except TrackingError as exc:
+        notify(f"distmis: warning: {out}: the earlier evaluation's queued MLflow operations are not sent ({exc})")
+
+
 def search_tracking(model_dir: Path) -> tuple[TrackingState, str | None] | None:
     """The MLflow runs a model directory came from (``<search>/best`` or ``<search>/trials/<id>/best``):
     the search's tracking record and the trial's own run, if any.
@@ -471,5 +507,6 @@ def log_evaluation(model_dir: Path, out: Path, summary: dict[str, Any], wait_sec
     metrics.update({"cases_scored": summary["scored"], "cases_failed": len(summary["failed"])})
     writer.log_metrics(metrics)
     writer.log_files([out / name for name in (RunFile.METRICS, RunFile.SUMMARY, "cases.png") if (out / name).is_file()])
-    writer.close("FINISHED", wait_seconds)
+    if writer.close("FINISHED", wait_seconds):
+        writer.release()  # all delivered: a later evaluation here, in this process, starts from its own files
     return run_id

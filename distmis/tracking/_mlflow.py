@@ -76,8 +76,17 @@ class _Channel:
                 channel = cls._registry[key] = cls(uri, Path(out))
             return channel
 
+    def close(self) -> None:
+        """Stop using ``out``: its directory is about to be replaced. Whatever is still queued stays
+        in memory only, and nothing is written there again (the sender stops at its next step)."""
+        self.closed = True
+        with self._registry_lock:
+            if self._registry.get(str(self.out.resolve())) is self:
+                del self._registry[str(self.out.resolve())]
+
     def __init__(self, uri: str, out: Path) -> None:
         self.uri, self.out = uri, out
+        self.closed = False
         self.lock = threading.RLock()
         self._send_lock = threading.Lock()
         self._wake = threading.Event()
@@ -105,6 +114,8 @@ class _Channel:
         """Persist the run mapping and the queue; a full disk does not stop the search (they stay in
         memory, said once) and is retried at the next save."""
         with self.lock:
+            if self.closed:
+                return
             try:
                 write_json_atomic(self.out / RunFile.MLFLOW_STATE, self.state)
                 pending = self.out / RunFile.MLFLOW_PENDING
@@ -148,7 +159,7 @@ class _Channel:
                 self._thread.start()
 
     def _send_loop(self) -> None:
-        while True:
+        while not self.closed:
             self._wake.wait(timeout=5.0)
             self._wake.clear()
             if self.flush():
@@ -545,6 +556,15 @@ class RunWriter:
     def deliver(self, wait_seconds: float) -> bool:
         """Send what is queued (an earlier command's too), waiting ``wait_seconds`` without progress at most."""
         return self.channel.wait_empty(wait_seconds)
+
+    def pending(self) -> int:
+        """Operations still queued for the run (an earlier command's left in ``out`` included)."""
+        with self.channel.lock:
+            return len(self.channel.queue)
+
+    def release(self) -> None:
+        """Let go of ``out`` before its directory is replaced: nothing is written there again."""
+        self.channel.close()
 
     def close(self, status: str, wait_seconds: float) -> bool:
         """End the run; waits (``wait_seconds`` without progress at most) until everything is

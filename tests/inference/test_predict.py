@@ -5,6 +5,8 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import nibabel as nib
@@ -228,6 +230,43 @@ def test_evaluate_of_a_search_with_a_damaged_tracking_record_still_scores(
     assert "evaluation not logged to MLflow" in said and str(state) in said, said
     assert json.loads((search / "evaluate-test" / "summary.json").read_text())["scored"] > 0
     assert state.read_bytes() == before
+
+
+def test_what_an_evaluation_left_queued_for_mlflow_is_sent_by_the_next_evaluate_there(
+    model16: Path, prepared16: Path, tmp_path: Path
+) -> None:
+    """An evaluation whose store went away keeps its run's operations in ``mlflow_pending.json``; the
+    next ``evaluate`` into the same folder (refused, or with --overwrite) delivers them to that run."""
+    import time
+
+    from mlflow.tracking import MlflowClient
+
+    search = tmp_path / "search"
+    shutil.copytree(model16, search / "best")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    experiment_id = client.create_experiment("late", artifact_location=(tmp_path / "artifacts").as_uri())
+    parent = client.create_run(experiment_id, run_name="search").info.run_id
+    state = {"tracking_uri": uri, "experiment": "late", "experiment_id": experiment_id, "parent_run_id": parent}
+    (search / "mlflow.json").write_text(json.dumps({**state, "trials": {}}))
+    command = [sys.executable, "-m", "distmis", "evaluate", str(search / "best"), str(prepared16), "--split", "test"]
+    assert subprocess.run(command, capture_output=True, timeout=600).returncode == 0  # an earlier command
+    out = search / "evaluate-test"
+    first = json.loads((out / "mlflow.json").read_text())["parent_run_id"]
+    # what a store that went away before the end leaves behind: the run's last operation, queued
+    late = {"op": "metrics", "run": "parent", "step": 0, "metrics": {"late_metric": 1.5}, "timestamp": time.time()}
+    (out / "mlflow_pending.json").write_text(json.dumps([late]))
+
+    assert main(["evaluate", str(search / "best"), str(prepared16), "--split", "test"]) == 2  # refused: it exists
+    assert client.get_run(first).data.metrics["late_metric"] == 1.5
+    assert not (out / "mlflow_pending.json").exists()
+
+    (out / "mlflow_pending.json").write_text(json.dumps([{**late, "metrics": {"later_metric": 2.5}}]))
+    assert main(["evaluate", str(search / "best"), str(prepared16), "--split", "test", "--overwrite"]) == 0
+    assert client.get_run(first).data.metrics["later_metric"] == 2.5
+    second = json.loads((out / "mlflow.json").read_text())["parent_run_id"]
+    assert second != first and "later_metric" not in client.get_run(second).data.metrics
+    assert not (out / "mlflow_pending.json").exists()
 
 
 def test_many_cases_run_as_ray_actors(model16: Path, msd16: Path, tmp_path: Path) -> None:
