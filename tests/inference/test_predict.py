@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import nibabel as nib
 import numpy as np
@@ -157,29 +158,26 @@ def test_bad_inputs_fail_per_case_and_exit_nonzero(
     assert gzip  # (imported for readers: the corruption above is a truncated gzip member)
 
 
+def _tracked_search(model: Path, tmp_path: Path, experiment: str) -> tuple[Path, Any, str, str]:
+    """A tracked search directory as ``distmis tune`` leaves it (``<search>/best`` and
+    ``<search>/mlflow.json`` naming a parent run in a SQLite store): (search, client, experiment id, run id)."""
+    from mlflow.tracking import MlflowClient
+
+    search = tmp_path / "search"
+    shutil.copytree(model, search / "best")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    experiment_id = client.create_experiment(experiment, artifact_location=(tmp_path / "artifacts").as_uri())
+    parent = client.create_run(experiment_id, run_name="search").info.run_id
+    state = {"tracking_uri": uri, "experiment": experiment, "experiment_id": experiment_id, "parent_run_id": parent}
+    (search / "mlflow.json").write_text(json.dumps({**state, "trials": {}}))
+    return search, client, experiment_id, parent
+
+
 def test_evaluate_scores_the_test_split_and_logs_to_the_search_run(
     model16: Path, prepared16: Path, tmp_path: Path
 ) -> None:
-    from mlflow.tracking import MlflowClient
-
-    # a tracked search directory as distmis tune leaves it: <search>/best and <search>/mlflow.json
-    search = tmp_path / "search"
-    shutil.copytree(model16, search / "best")
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    client = MlflowClient(tracking_uri=uri)
-    experiment_id = client.create_experiment("evaltest", artifact_location=(tmp_path / "artifacts").as_uri())
-    parent = client.create_run(experiment_id, run_name="search").info.run_id
-    (search / "mlflow.json").write_text(
-        json.dumps(
-            {
-                "tracking_uri": uri,
-                "experiment": "evaltest",
-                "experiment_id": experiment_id,
-                "parent_run_id": parent,
-                "trials": {},
-            }
-        )
-    )
+    search, client, experiment_id, parent = _tracked_search(model16, tmp_path, "evaltest")
     assert main(["evaluate", str(search / "best"), str(prepared16), "--split", "test"]) == 0
     out = search / "evaluate-test"
     rows = (out / "metrics.csv").read_text().splitlines()
@@ -239,16 +237,7 @@ def test_what_an_evaluation_left_queued_for_mlflow_is_sent_by_the_next_evaluate_
     next ``evaluate`` into the same folder (refused, or with --overwrite) delivers them to that run."""
     import time
 
-    from mlflow.tracking import MlflowClient
-
-    search = tmp_path / "search"
-    shutil.copytree(model16, search / "best")
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    client = MlflowClient(tracking_uri=uri)
-    experiment_id = client.create_experiment("late", artifact_location=(tmp_path / "artifacts").as_uri())
-    parent = client.create_run(experiment_id, run_name="search").info.run_id
-    state = {"tracking_uri": uri, "experiment": "late", "experiment_id": experiment_id, "parent_run_id": parent}
-    (search / "mlflow.json").write_text(json.dumps({**state, "trials": {}}))
+    search, client, _, _ = _tracked_search(model16, tmp_path, "late")
     command = [sys.executable, "-m", "distmis", "evaluate", str(search / "best"), str(prepared16), "--split", "test"]
     assert subprocess.run(command, capture_output=True, timeout=600).returncode == 0  # an earlier command
     out = search / "evaluate-test"
