@@ -149,8 +149,7 @@ def task_data(task: str, root: Path) -> Path:
     else:
         raw.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run(
-            [sys.executable, "-m", "distmis", "synth", "brats", "--cases", "16", "--shape", "48,48,48",
-             "--out", str(raw)],
+            [sys.executable, "-m", "distmis", "synth", str(raw), "--cases", "16", "--shape", "48,48,48"],
             check=True,
         )  # fmt: skip
     return raw
@@ -348,10 +347,10 @@ def report(rows: list[dict[str, Any]], out: Path) -> None:
 
     def draw(fig: Any) -> None:
         ax = fig.add_subplot()
-        for system in sorted({r["system"] for r in rows}):
-            for c in classes:
+        for marker, system in zip("os^v", sorted({r["system"] for r in rows}), strict=False):
+            for i, c in enumerate(classes):  # a colour per class, a marker per system
                 pts = [(r["total_seconds"], r["dice"][c]) for r in rows if r["system"] == system and c in r["dice"]]
-                ax.scatter(*zip(*pts, strict=True), label=f"{system}: {c}")
+                ax.scatter(*zip(*pts, strict=True), color=f"C{i}", marker=marker, label=f"{system}: {c}")
         ax.set_xlabel("wall time, s")
         ax.set_ylabel("test Dice")
         ax.legend(fontsize=8)
