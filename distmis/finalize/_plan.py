@@ -15,7 +15,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from distmis.config import ExperimentConfig, load_config
 from distmis.data import (
@@ -32,10 +32,8 @@ from distmis.exceptions import ConfigError, TuningError
 from distmis.files import check_location, marker_info
 from distmis.links import refuse_link
 from distmis.schema import RunFile
+from distmis.tracking import TrackingState, read_tracking_state
 from distmis.tuning import check_resumed_choices, check_tune_state, read_recorded
-
-if TYPE_CHECKING:
-    from distmis.tracking import TrackingState
 
 PLAN_FILE = "finalize.json"
 #: what a new finalize does unless told otherwise (nnU-Net's 5 folds; the two best configurations)
@@ -100,7 +98,7 @@ class FinalizePlan:
     pairs: bool = True
     postprocess: bool = True
     resume: bool = False
-    search_tracking: TrackingState = field(default_factory=lambda: _tracking_state())
+    search_tracking: TrackingState = field(default_factory=TrackingState)
     splits: CaseSplits | None = None  # the data's splits as this finalize saw them (checked, recorded)
 
     def as_json(self) -> dict[str, Any]:
@@ -381,15 +379,7 @@ def check_fold_classes(plan: FinalizePlan) -> None:
 
 def _search_tracking(run: Path) -> TrackingState:
     """The search's MLflow record, or an empty one for a search that has none (its runs then start afresh)."""
-    from distmis.tracking import read_tracking_state
-
-    return read_tracking_state(run) or _tracking_state()
-
-
-def _tracking_state() -> TrackingState:
-    from distmis.tracking import TrackingState
-
-    return TrackingState()
+    return read_tracking_state(run) or TrackingState()
 
 
 __all__ = ["PLAN_FILE", "Candidate", "FinalizePlan", "check_fold_classes", "plan_finalize"]

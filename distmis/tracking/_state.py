@@ -8,12 +8,11 @@ every reader, never a ``KeyError`` deep inside one of them.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
-from distmis.documents import validation_problems
+from distmis.documents import load_json_document
 from distmis.exceptions import TrackingError
 from distmis.schema import RunFile
 
@@ -63,15 +62,7 @@ def read_tracking_state(out: Path) -> TrackingState | None:
     path = out / RunFile.MLFLOW_STATE
     if not path.is_file():
         return None
-    try:
-        return TrackingState.model_validate(json.loads(path.read_text(encoding="utf-8")))
-    except ValidationError as exc:
-        loc, msg = validation_problems(exc)[0]
-        where = ".".join(str(part) for part in loc) or "the document"
-        raise TrackingError(f"{path}: {where}: {msg} (not a tracking record as distmis writes it)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else str(exc)
-        raise TrackingError(f"{path}: not a tracking record as distmis writes it ({reason})") from None
+    return load_json_document(TrackingState, path, error=TrackingError, what="distmis's record of its MLflow runs")
 
 
 __all__ = ["TrackedTrial", "TrackingState", "read_tracking_state"]
