@@ -32,6 +32,7 @@ from distmis.exceptions import TrackingError
 from distmis.files import write_json_atomic
 from distmis.redact import redact, redact_uri
 from distmis.schema import RunFile, Tag
+from distmis.tracking._queue import read_pending_queue
 from distmis.tracking._state import read_tracking_state
 from distmis.tracking._uri import experiment_id, log_params, mlflow_client, start_run
 from distmis.waits import call_within, priority_lowered
@@ -99,10 +100,9 @@ class _Channel:
         self._save_warned = False
         self.backoff = 0.0
         self.blocked_seconds = 0.0  # time callers spent waiting on this channel (should stay ~0)
-        pending_path = out / RunFile.MLFLOW_PENDING
         recorded = read_tracking_state(out)
         self.state: dict[str, Any] = recorded.model_dump() if recorded else {"trials": {}}
-        self.queue: list[dict[str, Any]] = json.loads(pending_path.read_text()) if pending_path.is_file() else []
+        self.queue: list[dict[str, Any]] = read_pending_queue(out)
 
     @property
     def client(self) -> Any:

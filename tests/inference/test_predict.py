@@ -231,7 +231,7 @@ def test_evaluate_of_a_search_with_a_damaged_tracking_record_still_scores(
 
 
 def test_what_an_evaluation_left_queued_for_mlflow_is_sent_by_the_next_evaluate_there(
-    model16: Path, prepared16: Path, tmp_path: Path
+    model16: Path, prepared16: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """An evaluation whose store went away keeps its run's operations in ``mlflow_pending.json``; the
     next ``evaluate`` into the same folder (refused, or with --overwrite) delivers them to that run."""
@@ -256,6 +256,16 @@ def test_what_an_evaluation_left_queued_for_mlflow_is_sent_by_the_next_evaluate_
     second = json.loads((out / "mlflow.json").read_text())["parent_run_id"]
     assert second != first and "later_metric" not in client.get_run(second).data.metrics
     assert not (out / "mlflow_pending.json").exists()
+
+    # a queue that is not one distmis wrote is left as it is, said in one warning naming it
+    for damaged in ('[{"op": "metrics", "run": "parent"}]', '[{"op": "drop_table"}]', '{"op": "tags"}', "[1, 2"):
+        (out / "mlflow_pending.json").write_text(damaged)
+        capfd.readouterr()
+        assert main(["evaluate", str(search / "best"), str(prepared16), "--split", "test"]) == 2
+        said = capfd.readouterr().err
+        assert "Traceback" not in said and "queued MLflow operations are not sent" in said, said
+        assert str(out / "mlflow_pending.json") in said, said
+        assert (out / "mlflow_pending.json").read_text() == damaged
 
 
 def test_many_cases_run_as_ray_actors(model16: Path, msd16: Path, tmp_path: Path) -> None:
