@@ -1,8 +1,10 @@
 """Data: MSD NIfTI datasets, synthetic data, preparation into chunked per-case arrays, tf.data loading read on demand."""
 
 from distmis.data._augment import INTENSITY_CHANCES
+from distmis.data._augment import context_size as augment_context_size
 from distmis.data._augment import intensity as augment_intensity
 from distmis.data._augment import intensity_parameters as augment_intensity_parameters
+from distmis.data._augment import resample_from_context as augment_from_context
 from distmis.data._augment import spatial as augment_spatial
 from distmis.data._augment import spatial_parameters as augment_spatial_parameters
 from distmis.data._cases import CaseReader, write_case
@@ -60,6 +62,8 @@ from distmis.data._visualize import read_case, render_case
 
 __all__ = [
     "INTENSITY_CHANCES",
+    "augment_context_size",
+    "augment_from_context",
     "augment_intensity",
     "augment_intensity_parameters",
     "augment_spatial",

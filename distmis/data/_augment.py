@@ -22,9 +22,11 @@ the ranges are the keys of :class:`distmis.config.AugmentConfig`):
 * intensity: Gaussian noise (p 0.1), Gaussian blur (p 0.2), multiplicative brightness (p 0.15),
   contrast (p 0.15), low-resolution simulation (p 0.25), gamma, inverted (p 0.1) and plain (p 0.3).
 
-Mirroring stays where it was (:func:`distmis.data.augment`). nnU-Net samples a patch larger than the
-network's before rotating, so no corner is empty; here the patch itself is transformed, and what
-comes from outside it is zero. Elastic deformation is off in nnU-Net's default, and is not here.
+Mirroring stays where it was (:func:`distmis.data.augment`). As nnU-Net does, a patch that is drawn
+to be rotated or scaled is sampled from a larger box around it (:func:`context_size`), so none of
+its corners is empty where the case has data; nnU-Net reads that box for every patch, the loader
+reads it only for the patches it moves (about a third). Elastic deformation is off in nnU-Net's
+default, and is not here.
 """
 
 from __future__ import annotations
@@ -124,18 +126,84 @@ def _compiled(name: str) -> Callable[..., Any]:
     return tf.function(kernels[name], jit_compile=True, autograph=False)  # type: ignore[no-any-return]
 
 
-def _resample(image: tf.Tensor, label: tf.Tensor, angles: tf.Tensor, factor: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """``image`` [X, Y, Z, C] and ``label`` [X, Y, Z] rotated by ``angles`` and zoomed by ``factor``
-    about the patch's centre, on one sampling grid (trilinear / nearest)."""
+def _resample(
+    image: tf.Tensor, label: tf.Tensor, angles: tf.Tensor, zoom: tf.Tensor, centre: tf.Tensor, size: tuple[int, ...]
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """A patch of ``size`` sampled from ``image`` [X, Y, Z, C] and ``label`` [X, Y, Z] (the patch, or a
+    box read around it), rotated by ``angles`` and zoomed by ``zoom`` [3] about ``centre`` (the
+    patch's centre in the box's voxels), on one sampling grid (trilinear / nearest); 0 outside."""
     import tensorflow as tf
 
-    shape = tf.shape(label)
-    centre = (tf.cast(shape, tf.float32) - 1.0) / 2.0
-    # output voxel -> where it comes from: rotated back, and a zoom by ``factor`` samples 1/factor apart
-    source = tf.linalg.matvec(tf.transpose(_rotation(angles)), _grid(shape) - centre) / factor + centre
-    moved_image = tf.reshape(_trilinear(image, source), tf.shape(image))
-    moved_label = tf.reshape(_nearest(label, source), shape)
+    out_centre = (tf.constant(size, tf.float32) - 1.0) / 2.0
+    # output voxel -> where it comes from: rotated back, and a zoom by ``zoom`` samples 1/zoom apart
+    source = tf.linalg.matvec(tf.transpose(_rotation(angles)), _grid(tf.constant(size)) - out_centre) / zoom + centre
+    channels = tf.shape(image)[3:]
+    moved_image = tf.reshape(_trilinear(image, source), tf.concat([tf.constant(size), channels], 0))
+    moved_label = tf.reshape(_nearest(label, source), size)
     return moved_image, moved_label
+
+
+def _zoom(factor: tf.Tensor, plane_axis: int | None) -> tf.Tensor:
+    """The per-axis zoom of a drawn ``factor``: in-plane only for anisotropic data (nnU-Net scales
+    its "dummy 2D" slices, never across them)."""
+    import tensorflow as tf
+
+    zoom = tf.fill([3], factor)
+    return zoom if plane_axis is None else tf.where(tf.one_hot(plane_axis, 3) > 0, 1.0, zoom)
+
+
+def context_size(
+    patch: tuple[int, int, int], *, rotation_degrees: float, scale: tuple[float, float], plane_axis: int | None = None
+) -> tuple[int, int, int]:
+    """The box to read around a patch that is rotated or scaled, so that every voxel it samples lies in
+    the box: the largest extent of the patch under any rotation within the limits (about all three
+    axes, or about ``plane_axis`` only), over the smallest zoom, plus a voxel each side for interpolation.
+
+    nnU-Net's ``get_patch_size`` does this job with the corner vector rotated by the largest angle
+    about one axis at a time and a fixed smallest zoom of 0.85; here the extent is the bounding box of
+    the rotated patch over a grid of angles (all three turn at once here) and the configured zoom, so a
+    patch zoomed out to 0.7 has no empty border either.
+    """
+    import numpy as np
+
+    half = np.asarray(patch, float) / 2.0
+    limit = math.radians(min(rotation_degrees, 180.0))
+    steps = np.linspace(-limit, limit, 13) if limit > 0 else np.zeros(1)
+    turns = [steps if plane_axis is None or axis == plane_axis else np.zeros(1) for axis in range(3)]
+    extent = half.copy()
+    for ax in turns[0]:
+        for ay in turns[1]:
+            for az in turns[2]:
+                c, s = np.cos([ax, ay, az]), np.sin([ax, ay, az])
+                rx = np.array([[1, 0, 0], [0, c[0], -s[0]], [0, s[0], c[0]]])
+                ry = np.array([[c[1], 0, s[1]], [0, 1, 0], [-s[1], 0, c[1]]])
+                rz = np.array([[c[2], -s[2], 0], [s[2], c[2], 0], [0, 0, 1]])
+                extent = np.maximum(extent, np.abs((rz @ ry @ rx).T) @ half)  # output -> source
+    zoom = np.full(3, min(1.0, scale[0]))
+    if plane_axis is not None:
+        zoom[plane_axis] = 1.0
+    box = 2.0 * extent / zoom + 2.0  # trilinear reads the voxel on each side
+    return tuple(int(math.ceil(b - 1e-6)) for b in box)  # type: ignore[return-value]
+
+
+def resample_from_context(
+    image: tf.Tensor,
+    label: tf.Tensor,
+    angles: tf.Tensor,
+    factor: tf.Tensor,
+    centre: tf.Tensor,
+    size: tuple[int, int, int],
+    *,
+    plane_axis: int | None = None,
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """The patch of ``size`` centred at ``centre`` [3] (voxels of the box ``image``/``label`` read around
+    it, :func:`context_size`), rotated by ``angles`` and zoomed by ``factor`` (drawn by
+    :func:`spatial_parameters`)."""
+    import tensorflow as tf
+
+    zoom = _zoom(factor, plane_axis)
+    resample = _compiled("resample")
+    return resample(image, label, angles, zoom, tf.cast(centre, tf.float32), tuple(size))  # type: ignore[no-any-return]
 
 
 def spatial(
@@ -149,16 +217,30 @@ def spatial(
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Rotate and scale ``image`` [X, Y, Z, C] and ``label`` [X, Y, Z] about the patch's centre, with
     nnU-Net's probabilities (:func:`spatial_parameters`); image and label are resampled on one grid
-    (trilinear / nearest). A patch drawn neither rotated nor scaled is returned as it is.
+    (trilinear / nearest), and what comes from outside the patch is 0. A patch drawn neither rotated
+    nor scaled is returned as it is. (The loader reads a larger box for a moved patch instead:
+    :func:`context_size`, :func:`resample_from_context`.)
 
     ``plane_axis``: rotate about this axis only (the through-plane axis of anisotropic data), as
-    nnU-Net's "dummy 2D" augmentation does.
+    nnU-Net's "dummy 2D" augmentation does, and scaled in-plane only.
     """
     import tensorflow as tf
 
     angles, factor = spatial_parameters(seed, rotation_degrees=rotation_degrees, scale=scale, plane_axis=plane_axis)
-    moved = tf.reduce_any(tf.not_equal(angles, 0.0)) | tf.not_equal(factor, 1.0)
-    return tf.cond(moved, lambda: _compiled("resample")(image, label, angles, factor), lambda: (image, label))
+    size = tuple(int(n) for n in label.shape)
+    centre = (tf.constant(size, tf.float32) - 1.0) / 2.0
+
+    def move() -> tuple[tf.Tensor, tf.Tensor]:
+        return resample_from_context(image, label, angles, factor, centre, size, plane_axis=plane_axis)  # type: ignore[arg-type]
+
+    return tf.cond(is_moved(angles, factor), move, lambda: (image, label))
+
+
+def is_moved(angles: tf.Tensor, factor: tf.Tensor) -> tf.Tensor:
+    """Whether the drawn transform changes the patch at all (most patches are neither rotated nor scaled)."""
+    import tensorflow as tf
+
+    return tf.reduce_any(tf.not_equal(angles, 0.0)) | tf.not_equal(factor, 1.0)
 
 
 def _gaussian_kernel(sigma: tf.Tensor, radius: int) -> tf.Tensor:

@@ -193,6 +193,27 @@ class PatchSampler:
         self.channel_values = _channel_values(manifest)
 
     def __call__(self, index: Any, seed: Any) -> tuple[np.ndarray, np.ndarray]:
+        case, start = self._place(index, seed)
+        return self.reader.read(case, tuple(start), self.size)  # type: ignore[arg-type]
+
+    def context_shape(self, context: tuple[int, int, int]) -> tuple[int, int, int]:
+        """The box :meth:`with_context` reads for a wanted ``context``: no larger than the case."""
+        return tuple(min(c, s) for c, s in zip(context, self.shape, strict=True))  # type: ignore[return-value]
+
+    def with_context(self, index: Any, seed: Any, context: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The same patch as ``self(index, seed)``, read with the box of shape ``context`` around it
+        (moved inside the case where it would cross an edge: beyond an edge there is no data), and
+        the patch's centre in the box's voxels, for a transform that samples beyond the patch."""
+        case, start = self._place(index, seed)
+        box: np.ndarray = np.minimum(np.asarray(context, dtype=np.int64), np.asarray(self.shape))
+        size, shape = np.asarray(self.size), np.asarray(self.shape)
+        box_start = np.clip(start + size // 2 - box // 2, 0, shape - box)
+        image, label = self.reader.read(case, tuple(box_start), tuple(box))  # type: ignore[arg-type]
+        centre = (start - box_start + (size - 1) / 2.0).astype(np.float32)
+        return image, label, centre
+
+    def _place(self, index: Any, seed: Any) -> tuple[str, np.ndarray]:
+        """The case and patch position of one element (its seed decides both)."""
         case = self.cases[int(index)]
         rng = np.random.default_rng(int(seed))
         limit = np.asarray(self.shape) - np.asarray(self.size)
@@ -201,7 +222,7 @@ class PatchSampler:
             start = self._foreground_start(case, rng, limit)
         if start is None:
             start = rng.integers(0, limit + 1)
-        return self.reader.read(case, tuple(start), self.size)  # type: ignore[arg-type]
+        return case, np.asarray(start)
 
     def _foreground_start(self, case: str, rng: np.random.Generator, limit: np.ndarray) -> np.ndarray | None:
         locations = self.reader.foreground(case)
@@ -332,17 +353,15 @@ def _training_pipeline(
 
     to_channels = _label_channels(manifest)
     sampler = PatchSampler(manifest, local, patch, foreground_oversampling)
-    size = sampler.size
     indices = tf.data.Dataset.range(len(local)).shuffle(len(local), seed=seed, reshuffle_each_iteration=True)
     # one independent seed per element: reproducible and parallel-safe
     seeds = tf.data.Dataset.random(seed=seed + 7919 * (shard_index + 1)).batch(2)
-    augmented, moved = _augment_map(augment_config), _spatial_map(augment_config, manifest.info.through_plane_axis)
+    augmented = _augment_map(augment_config)
+    patch_of = _patch_reader(sampler, manifest.channels, augment_config, manifest.info.through_plane_axis)
 
     def read(index: tf.Tensor, s: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         s = tf.cast(s % (2**31 - 1), tf.int32)
-        image, label = tf.numpy_function(sampler, [index, s[0]], (tf.float32, tf.uint8), stateful=False)
-        image = tf.ensure_shape(image, [*size, manifest.channels])
-        image, label = moved(image, tf.ensure_shape(label, list(size)), s)  # on label values: nearest
+        image, label = patch_of(index, s)  # rotated and scaled on label values: nearest
         return (*augmented(image, to_channels(label), s), tf.constant(1.0))
 
     ds = tf.data.Dataset.zip(indices.repeat(), seeds).map(read, num_parallel_calls=parallel)
@@ -454,20 +473,45 @@ def _augment_map(augment_config: Any) -> Callable[[tf.Tensor, tf.Tensor, tf.Tens
     return apply
 
 
-def _spatial_map(
-    augment_config: Any, plane_axis: int | None
-) -> Callable[[tf.Tensor, tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]]:
-    """(patch, label values, element seed) -> rotated and scaled as ``train.augment`` says (nnU-Net's);
-    anisotropic data (``plane_axis``, its through-plane axis) is rotated in-plane only."""
+def _patch_reader(
+    sampler: PatchSampler, channels: int, augment_config: Any, plane_axis: int | None
+) -> Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]]:
+    """(case index, element seed) -> the training patch and its label values, rotated and scaled as
+    ``train.augment`` says (nnU-Net's). A patch drawn to move is sampled from the larger box around
+    it (:func:`~distmis.data._augment.context_size`), so its corners hold the case's data, as
+    nnU-Net's do; the other two thirds are read at the patch's size. Anisotropic data (``plane_axis``,
+    its through-plane axis) is rotated and scaled in-plane only."""
+    import tensorflow as tf
+
+    size = tuple(int(n) for n in sampler.size)
+
+    def plain(index: tf.Tensor, s: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        image, label = tf.numpy_function(sampler, [index, s[0]], (tf.float32, tf.uint8), stateful=False)
+        return tf.ensure_shape(image, [*size, channels]), tf.ensure_shape(label, list(size))
+
     a = augment_config
     if a is None or (getattr(a, "rotation", 0) <= 0 and tuple(getattr(a, "scale", (1.0, 1.0))) == (1.0, 1.0)):
-        return lambda image, label, s: (image, label)
-    from distmis.data._augment import spatial
+        return plain
+    from distmis.data._augment import context_size, is_moved, resample_from_context, spatial_parameters
 
-    def apply(image: tf.Tensor, label: tf.Tensor, s: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        return spatial(image, label, s + 2, rotation_degrees=a.rotation, scale=tuple(a.scale), plane_axis=plane_axis)
+    options = {"rotation_degrees": a.rotation, "scale": tuple(a.scale), "plane_axis": plane_axis}
+    box = sampler.context_shape(context_size(size, **options))  # type: ignore[arg-type]
 
-    return apply
+    def with_context(index: tf.Tensor, s: tf.Tensor, angles: tf.Tensor, factor: tf.Tensor) -> tuple[tf.Tensor, ...]:
+        image, label, centre = tf.numpy_function(
+            sampler.with_context, [index, s[0], box], (tf.float32, tf.uint8, tf.float32), stateful=False
+        )
+        image, label = tf.ensure_shape(image, [*box, channels]), tf.ensure_shape(label, list(box))
+        centre = tf.ensure_shape(centre, [3])
+        return resample_from_context(image, label, angles, factor, centre, size, plane_axis=plane_axis)  # type: ignore[arg-type]
+
+    def read(index: tf.Tensor, s: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        angles, factor = spatial_parameters(s + 2, **options)  # type: ignore[arg-type]
+        return tf.cond(  # type: ignore[no-any-return]
+            is_moved(angles, factor), lambda: with_context(index, s, angles, factor), lambda: plain(index, s)
+        )
+
+    return read
 
 
 def eval_batches(n_cases: int, num_workers: int, batch_size_per_worker: int) -> int:

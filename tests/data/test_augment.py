@@ -195,3 +195,73 @@ def test_a_dataset_of_thick_slices_is_rotated_in_plane(tmp_path) -> None:
         found[name] = load_manifest(tmp_path / f"{name}-prep").info.through_plane_axis
         assert prepared.through_plane_axis == found[name]
     assert found == {"thick": 2, "isotropic": None}
+
+
+def _moved_draws(count: int, **options: object) -> list[tuple[tf.Tensor, tf.Tensor]]:
+    """The first ``count`` drawn transforms that rotate or scale (seeds [i, 21])."""
+    found = []
+    for i in range(400):
+        angles, factor = augment_spatial_parameters(tf.constant([i, 21]), **options)
+        if np.any(angles.numpy() != 0) or float(factor) != 1.0:
+            found.append((angles, factor))
+        if len(found) == count:
+            return found
+    raise AssertionError(f"fewer than {count} moving draws in 400 seeds")
+
+
+def test_a_moved_patch_is_sampled_from_the_data_around_it_so_no_corner_is_empty() -> None:
+    """As nnU-Net does, a rotated or zoomed-out patch takes its corners from the box read around it
+    (``augment_context_size``), not from zeros beyond the patch; unmoved, the box gives the patch exactly."""
+    from distmis.data import augment_context_size, augment_from_context
+
+    options = {"rotation_degrees": 30.0, "scale": (0.7, 1.4)}
+    size = (12, 10, 8)
+    box = augment_context_size(size, **options)
+    assert all(
+        b >= s * np.sqrt(2) for b, s in zip(box, size, strict=True)
+    )  # a 30-degree turn zoomed out to 0.7 needs more
+    rng = np.random.default_rng(3)
+    volume = rng.uniform(1.0, 2.0, (*box, 1)).astype(np.float32)  # data everywhere: no zero is the data's
+    label = np.ones(box, np.uint8)
+    corner = [(b - s) // 2 for b, s in zip(box, size, strict=True)]
+    patch = volume[corner[0] : corner[0] + size[0], corner[1] : corner[1] + size[1], corner[2] : corner[2] + size[2]]
+    centre = tf.constant([c + (s - 1) / 2 for c, s in zip(corner, size, strict=True)], tf.float32)
+
+    same, _ = augment_from_context(volume, label, tf.zeros([3]), tf.constant(1.0), centre, size)
+    assert np.array_equal(same.numpy(), patch)
+    emptied = 0
+    for angles, factor in _moved_draws(12, **options):
+        image, moved_label = augment_from_context(volume, label, angles, factor, centre, size)
+        assert image.shape == (*size, 1) and (image.numpy() > 0.999).all(), "a corner came from outside the box"
+        assert (moved_label.numpy() == 1).all()
+        alone, _ = augment_from_context(
+            patch,
+            label[: size[0], : size[1], : size[2]],
+            angles,
+            factor,
+            tf.constant([(s - 1) / 2 for s in size], tf.float32),
+            size,
+        )
+        emptied += bool((alone.numpy() == 0).any())
+    assert emptied >= 6, emptied  # the patch alone would have had empty corners
+
+
+def test_the_box_around_a_training_patch_holds_the_patch_the_sampler_chose(prepared16) -> None:
+    """The loader's read with context is the same patch, at the centre it reports, moved inside the case
+    at its edges (the foreground it was centred on stays the patch's centre)."""
+    from distmis.data import PatchSampler, load_manifest
+
+    manifest = load_manifest(prepared16)
+    size = (8, 8, 8)
+    sampler = PatchSampler(manifest, manifest.cases("train"), size, oversampling=0.5)
+    wanted = (20, 40, 14)
+    box_shape = sampler.context_shape(wanted)
+    assert box_shape == tuple(min(w, s) for w, s in zip(wanted, manifest.shape, strict=True))
+    for seed in range(12):
+        image, label = sampler(seed % len(manifest.cases("train")), seed)
+        box_image, box_label, centre = sampler.with_context(seed % len(manifest.cases("train")), seed, wanted)
+        assert box_image.shape[:3] == box_shape and box_label.shape == box_shape
+        start = (centre - (np.asarray(size) - 1) / 2).round().astype(int)
+        assert np.all(start >= 0) and np.all(start + size <= box_shape)
+        crop = tuple(slice(int(a), int(a) + n) for a, n in zip(start, size, strict=True))
+        assert np.array_equal(box_image[crop], image) and np.array_equal(box_label[crop], label)
