@@ -165,7 +165,7 @@ def raw_ceiling(prepared: Path, reads: int) -> float:
     reader = CaseReader(manifest.root, manifest.case_files())
     cases = manifest.cases("train")
     rng = np.random.default_rng(0)
-    limit = np.asarray(manifest.shape) - np.asarray(PATCH)
+    limit = np.asarray(manifest.info.shape) - np.asarray(PATCH)
     start = time.perf_counter()
     for i in range(reads):
         image, label = reader.read(cases[i % len(cases)], tuple(rng.integers(0, limit + 1)), PATCH)

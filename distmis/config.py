@@ -49,9 +49,6 @@ class PrepareConfig(_Section):
     resize: Literal["crop_pad", "resample"] = "crop_pad"
     label_mode: Literal["binary", "multiclass", "regions"] = "binary"
     split: tuple[float, float, float] = (0.7, 0.15, 0.15)
-    # unused since every case is its own file; still accepted so that search files written for an
-    # older distmis load unchanged
-    shards: int = Field(4, ge=1)
     seed: int = 0
     #: per channel: ``auto`` (CT by the training foreground's range, others z-scored per case),
     #: ``zscore``, ``ct`` or ``none``; one value for every channel, or a list with one per channel

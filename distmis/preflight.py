@@ -179,14 +179,14 @@ def data_facts(config: ExperimentConfig, base_dir: Path) -> DataFacts:
         manifest = load_manifest(src)
         return DataFacts(
             str(src),
-            manifest.shape,
+            manifest.info.shape,
             manifest.num_cases("train"),
             manifest.num_cases("val"),
             f"{src / RunFile.PREPARED_INFO}",
-            labels=manifest.labels,
-            label_mode=manifest.label_mode,
-            num_classes=manifest.num_classes,
-            regions=manifest.regions,
+            labels=manifest.info.label_names,
+            label_mode=manifest.info.label_mode,
+            num_classes=manifest.info.num_classes,
+            regions=manifest.info.regions,
         )
     if (src / "dataset.json").is_file():
         dataset = read_dataset_json(src)

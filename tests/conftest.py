@@ -54,7 +54,7 @@ def msd16(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def prepared16(msd16: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``msd16`` prepared: split 8/2/2, binary labels, 2 shards per split."""
+    """``msd16`` prepared: split 8/2/2, binary labels."""
     from distmis.config import PrepareConfig
     from distmis.data import prepare_dataset
 

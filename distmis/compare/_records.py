@@ -7,14 +7,14 @@ Both readers produce the same records, so ``distmis compare`` (files) and the no
 from __future__ import annotations
 
 import csv
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from distmis.documents import finite_or_none
+from distmis.documents import finite_or_none, read_json
+from distmis.exceptions import TuningError
 from distmis.metrics import VAL_DICE
 from distmis.schema import RunFile, Tag
 
@@ -90,9 +90,29 @@ def _epochs_from_csv(path: Path, metric: str) -> list[EpochPoint]:
 
 
 def load_mode_dir(name: str, search_dir: Path) -> ModeRecord:
-    """A finished search directory (summary.json, search.yaml, trials/<id>/metrics.csv)."""
-    summary = json.loads((search_dir / RunFile.SUMMARY).read_text(encoding="utf-8"))
-    config = yaml.safe_load((search_dir / RunFile.SEARCH_FILE).read_text(encoding="utf-8"))
+    """A finished search directory (summary.json, search.yaml, trials/<id>/metrics.csv).
+
+    Raises:
+        TuningError: its summary or search file is not what ``distmis tune`` writes (damaged, or edited
+            by hand), naming the file: the mode is then run again with ``--resume`` once it is removed.
+    """
+    summary_path = search_dir / RunFile.SUMMARY
+    summary = read_json(summary_path, error=TuningError, what="a search's summary.json")
+    search_file = search_dir / RunFile.SEARCH_FILE
+    try:
+        config = yaml.safe_load(search_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise TuningError(f"{search_file}: not readable as the search's configuration ({exc})") from None
+    try:
+        return _mode_record(name, search_dir, summary, config)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise TuningError(
+            f"{summary_path}: not a finished search's summary ({type(exc).__name__}: {exc}); remove {search_dir} "
+            "and run the comparison again with --resume to run this mode again"
+        ) from None
+
+
+def _mode_record(name: str, search_dir: Path, summary: Any, config: Any) -> ModeRecord:
     par, train = config.get("parallelism", {}), config.get("train", {})
     metric = summary["metric"]
     trials = [

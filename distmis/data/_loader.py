@@ -96,7 +96,7 @@ def verify_cases(manifest: Manifest, split: str) -> None:
     files = manifest.case_files()
     reader = CaseReader(manifest.root, files)
     for case in manifest.cases(split):
-        reader.check_layout(case, manifest.shape, manifest.channels)
+        reader.check_layout(case, manifest.info.shape, manifest.info.channels)
         for kind in ("image", "label", "foreground"):
             entry = getattr(files[case], kind)
             path = manifest.root / entry.file
@@ -120,8 +120,8 @@ def verify_cases(manifest: Manifest, split: str) -> None:
                     "the case file is damaged or was replaced; prepare the dataset again"
                 )
             if kind == "foreground":  # a coordinate outside the volume would crash a worker mid-epoch
-                declared = {1} if manifest.label_mode == "binary" else set(manifest.labels) - {0}
-                check_locations(reader.foreground(case), manifest.shape, path, labels=declared)
+                declared = {1} if manifest.info.label_mode == "binary" else set(manifest.info.label_names) - {0}
+                check_locations(reader.foreground(case), manifest.info.shape, path, labels=declared)
             _VERIFIED.add(key)
             stamps[key[0]] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, entry.sha256]
             _remember(stamps)
@@ -143,8 +143,8 @@ def _label_channels(manifest: Manifest) -> Callable[[tf.Tensor], tf.Tensor]:
 
     from distmis.labels import class_values
 
-    k, mode, regions = manifest.num_classes, manifest.label_mode, manifest.regions
-    values = class_values(manifest.labels, k)
+    k, mode, regions = manifest.info.num_classes, manifest.info.label_mode, manifest.info.regions
+    values = class_values(manifest.info.label_names, k)
     # label value -> class: prepared labels keep the dataset's own numbering (0, 1, 2, 4)
     classes = None if values == list(range(k)) else np.zeros(256, np.int32)
     if classes is not None:
@@ -167,14 +167,14 @@ def _label_channels(manifest: Manifest) -> Callable[[tf.Tensor], tf.Tensor]:
 
 def _channel_values(manifest: Manifest) -> list[list[int]]:
     """For each foreground label channel, the label values it is made of (what oversampling centres on)."""
-    k = manifest.num_classes
-    if manifest.label_mode == "regions":
-        return [list(v) for v in (manifest.regions or {}).values()]
-    if manifest.label_mode == "multiclass":
+    k = manifest.info.num_classes
+    if manifest.info.label_mode == "regions":
+        return [list(v) for v in (manifest.info.regions or {}).values()]
+    if manifest.info.label_mode == "multiclass":
         from distmis.labels import class_values
 
-        return [[v] for v in class_values(manifest.labels, k)[1:]]
-    return [[v for v in manifest.labels if v > 0] or [1]]
+        return [[v] for v in class_values(manifest.info.label_names, k)[1:]]
+    return [[v for v in manifest.info.label_names if v > 0] or [1]]
 
 
 class PatchSampler:
@@ -187,8 +187,8 @@ class PatchSampler:
         self, manifest: Manifest, cases: list[str], patch: tuple[int, int, int] | None, oversampling: float
     ) -> None:
         self.reader = CaseReader(manifest.root, manifest.case_files())
-        self.cases, self.shape = cases, manifest.shape
-        self.size = tuple(patch) if patch is not None else manifest.shape
+        self.cases, self.shape = cases, manifest.info.shape
+        self.size = tuple(patch) if patch is not None else manifest.info.shape
         self.oversampling = oversampling
         self.channel_values = _channel_values(manifest)
 
@@ -321,7 +321,7 @@ def make_dataset(
         ds = _training_pipeline(
             manifest, local, batch_size, patch, augment_config, seed, shard_index, parallel, foreground_oversampling
         )
-    elif validation_patches and patch is not None and tuple(patch) != tuple(manifest.shape):
+    elif validation_patches and patch is not None and tuple(patch) != tuple(manifest.info.shape):
         ds = _patch_evaluation_pipeline(
             manifest, cases, local, patch, validation_patches, seed, batch_size, pad_to_batches, parallel
         )
@@ -357,7 +357,7 @@ def _training_pipeline(
     # one independent seed per element: reproducible and parallel-safe
     seeds = tf.data.Dataset.random(seed=seed + 7919 * (shard_index + 1)).batch(2)
     augmented = _augment_map(augment_config)
-    patch_of = _patch_reader(sampler, manifest.channels, augment_config, manifest.info.through_plane_axis)
+    patch_of = _patch_reader(sampler, manifest.info.channels, augment_config, manifest.info.through_plane_axis)
 
     def read(index: tf.Tensor, s: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         s = tf.cast(s % (2**31 - 1), tf.int32)
@@ -378,13 +378,13 @@ def _evaluation_pipeline(
 
     to_channels = _label_channels(manifest)
     reader = CaseReader(manifest.root, manifest.case_files())
-    x, y, z = manifest.shape
+    x, y, z = manifest.info.shape
 
     def whole(case: tf.Tensor, weight: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         image, label = tf.numpy_function(
             lambda c: reader.read(c.decode()), [case], (tf.float32, tf.uint8), stateful=False
         )
-        image = tf.ensure_shape(image, [x, y, z, manifest.channels])
+        image = tf.ensure_shape(image, [x, y, z, manifest.info.channels])
         return image, to_channels(tf.ensure_shape(label, [x, y, z])), weight
 
     names = [(c, 1.0) for c in local]
@@ -430,7 +430,7 @@ def _patch_evaluation_pipeline(
 
     def read(index: tf.Tensor, s: tf.Tensor, weight: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         image, label = tf.numpy_function(sampler, [index, s], (tf.float32, tf.uint8), stateful=False)
-        image = tf.ensure_shape(image, [*size, manifest.channels])
+        image = tf.ensure_shape(image, [*size, manifest.info.channels])
         return image, to_channels(tf.ensure_shape(label, list(size))), weight
 
     listed = tf.data.Dataset.from_tensor_slices(

@@ -206,34 +206,14 @@ class ModelPreprocessing(Preprocessing, LabelledChannels):
 
 @dataclass(frozen=True)
 class Manifest:
-    """A prepared directory and its checked record."""
+    """A prepared directory (``root``) and its ``info.json``, checked (``info``, a :class:`PreparedInfo`).
+
+    Every fact about the data is read from ``info`` (``manifest.info.shape``): one path to each, so
+    the directory's wrapper cannot drift from the record.
+    """
 
     root: Path
     info: PreparedInfo
-
-    @property
-    def shape(self) -> tuple[int, int, int]:
-        return self.info.shape
-
-    @property
-    def channels(self) -> int:
-        return self.info.channels
-
-    @property
-    def num_classes(self) -> int:
-        return self.info.num_classes
-
-    @property
-    def label_mode(self) -> str:
-        return self.info.label_mode
-
-    @property
-    def regions(self) -> dict[str, list[int]] | None:
-        return self.info.regions or None
-
-    @property
-    def labels(self) -> dict[int, str]:
-        return self.info.label_names
 
     def cases(self, split: str) -> list[str]:
         return self.info.cases_of(split)

@@ -14,7 +14,6 @@ distmis wrote it).
 
 from __future__ import annotations
 
-import json
 import shutil
 from dataclasses import asdict
 from pathlib import Path
@@ -73,8 +72,4 @@ def selection_record(plan: FinalizePlan, selection: Selection) -> dict[str, Any]
     }
 
 
-def read_selection(final: Path) -> dict[str, Any]:
-    return json.loads((final / RunFile.SELECTION).read_text(encoding="utf-8"))
-
-
-__all__ = ["read_selection", "selection_record", "write_final"]
+__all__ = ["selection_record", "write_final"]

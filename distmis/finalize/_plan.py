@@ -363,11 +363,11 @@ def check_fold_classes(plan: FinalizePlan) -> None:
     manifest = load_manifest(plan.prepared)
     present = label_presence(manifest, [c for g in plan.groups for c in g])
     masks: dict[str, set[int]] = {}
-    if manifest.label_mode == "binary":
-        masks["foreground"] = {v for v in manifest.labels if v > 0}
+    if manifest.info.label_mode == "binary":
+        masks["foreground"] = {v for v in manifest.info.label_names if v > 0}
     else:
-        masks.update({metric_suffix(n): {v} for v, n in manifest.labels.items() if v > 0})
-        masks.update({metric_suffix(n): set(vals) for n, vals in (manifest.regions or {}).items()})
+        masks.update({metric_suffix(n): {v} for v, n in manifest.info.label_names.items() if v > 0})
+        masks.update({metric_suffix(n): set(vals) for n, vals in (manifest.info.regions or {}).items()})
     for index, group in enumerate(plan.groups):
         for name, values in masks.items():
             if not any(present[case] & values for case in group):

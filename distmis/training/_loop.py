@@ -82,9 +82,9 @@ class Trainer:
             )
         self.steps_per_epoch = tc.steps_per_epoch or max(1, n_train // self.global_batch)
         self.n_val = manifest.num_cases("val")
-        if tc.patch is not None and any(p > s for p, s in zip(tc.patch, manifest.shape, strict=True)):
+        if tc.patch is not None and any(p > s for p, s in zip(tc.patch, manifest.info.shape, strict=True)):
             raise TrainingError(
-                f"train.patch {list(tc.patch)} is larger than the prepared volumes {list(manifest.shape)}"
+                f"train.patch {list(tc.patch)} is larger than the prepared volumes {list(manifest.info.shape)}"
             )
 
         keras.mixed_precision.set_dtype_policy(tc.precision)
@@ -99,17 +99,17 @@ class Trainer:
             warmup_steps=tc.warmup_epochs * self.steps_per_epoch,
             total_steps=tc.epochs * self.steps_per_epoch,
         )
-        mode = manifest.label_mode
+        mode = manifest.info.label_mode
         self.exclusive = mode == "multiclass"  # softmax: background channel excluded from scores
-        names = class_names(manifest.labels, mode, manifest.num_classes, manifest.regions)
+        names = class_names(manifest.info.label_names, mode, manifest.info.num_classes, manifest.info.regions)
         self.class_count = len(names)
         # a multi-class model with regions configured is also scored per region (from its labels)
         self.metric_regions: list[list[int]] = []
-        if mode == "multiclass" and manifest.regions:
+        if mode == "multiclass" and manifest.info.regions:
             from distmis.labels import metric_suffix
 
-            index = {v: c for c, v in enumerate(class_values(manifest.labels, manifest.num_classes))}
-            for region, values in manifest.regions.items():
+            index = {v: c for c, v in enumerate(class_values(manifest.info.label_names, manifest.info.num_classes))}
+            for region, values in manifest.info.regions.items():
                 if all(v in index for v in values):  # scored on the classes that stand for its values
                     self.metric_regions.append([index[v] for v in values])
                     names.append(metric_suffix(region))
@@ -117,8 +117,8 @@ class Trainer:
         with self.strategy.scope():
             self.model = build_unet(
                 config.model,
-                channels=manifest.channels,
-                num_classes=manifest.num_classes,
+                channels=manifest.info.channels,
+                num_classes=manifest.info.num_classes,
                 activation="softmax" if self.exclusive else "sigmoid",
             )
             self.eval_model = full_resolution(self.model)  # validation's: the full-resolution head
@@ -182,7 +182,7 @@ class Trainer:
     def _validation_patches(self) -> int:
         """Crops per validation case (0: whole cases by the sliding window)."""
         tc = self.config.train
-        if tc.validation != "patch" or tc.patch is None or tuple(tc.patch) == tuple(self.manifest.shape):
+        if tc.validation != "patch" or tc.patch is None or tuple(tc.patch) == tuple(self.manifest.info.shape):
             return 0
         return tc.validation_patches
 
@@ -276,7 +276,7 @@ class Trainer:
 
         from distmis.model import cube_origins, gaussian_weight
 
-        model, shape = self.eval_model, self.manifest.shape
+        model, shape = self.eval_model, self.manifest.info.shape
         patch = tuple(self.config.train.patch or shape)
         if patch == tuple(shape) or self.val_patches:  # a whole volume, or patches: one forward pass
             return lambda image, label: model(image, training=False)

@@ -194,6 +194,16 @@ def test_existing_comparison_is_refused_and_resume_reuses_finished_modes(
     assert "--modes data" in error and "--modes experiment,data,hybrid" in error and "--slots 2" in error, error
     assert "--budget" not in error and "--target" not in error  # the same budget; a target may change
     assert {p: p.read_bytes() for p in comparison.rglob("*") if p.is_file()} == files
+    # a finished mode's summary damaged by hand: one error naming it, no traceback
+    damaged = comparison / MODES[0] / "summary.json"
+    kept = damaged.read_bytes()
+    for text in ('{"metric": "val_dice"}', "[1,", '{"metric": "val_dice", "wall_seconds": "soon"}'):
+        damaged.write_text(text)
+        assert main(["compare", str(space), "--resume", "--out", str(comparison)]) == 2
+        error = capsys.readouterr().err
+        assert error.startswith("distmis: error:") and str(damaged) in error and "Traceback" not in error, error
+        assert damaged.read_text() == text
+    damaged.write_bytes(kept)
     before = {m: (comparison / m / "summary.json").stat().st_mtime for m in MODES}
     assert main(["compare", str(space), "--resume", "--out", str(comparison)]) == 0
     out = capsys.readouterr().out

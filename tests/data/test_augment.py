@@ -256,7 +256,7 @@ def test_the_box_around_a_training_patch_holds_the_patch_the_sampler_chose(prepa
     sampler = PatchSampler(manifest, manifest.cases("train"), size, oversampling=0.5)
     wanted = (20, 40, 14)
     box_shape = sampler.context_shape(wanted)
-    assert box_shape == tuple(min(w, s) for w, s in zip(wanted, manifest.shape, strict=True))
+    assert box_shape == tuple(min(w, s) for w, s in zip(wanted, manifest.info.shape, strict=True))
     for seed in range(12):
         image, label = sampler(seed % len(manifest.cases("train")), seed)
         box_image, box_label, centre = sampler.with_context(seed % len(manifest.cases("train")), seed, wanted)
