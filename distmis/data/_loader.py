@@ -205,7 +205,7 @@ class PatchSampler:
         (moved inside the case where it would cross an edge: beyond an edge there is no data), and
         the patch's centre in the box's voxels, for a transform that samples beyond the patch."""
         case, start = self._place(index, seed)
-        box: np.ndarray = np.minimum(np.asarray(context, dtype=np.int64), np.asarray(self.shape))
+        box: np.ndarray = np.asarray(self.context_shape(tuple(int(c) for c in context)))  # type: ignore[arg-type]
         size, shape = np.asarray(self.size), np.asarray(self.shape)
         box_start = np.clip(start + size // 2 - box // 2, 0, shape - box)
         image, label = self.reader.read(case, tuple(box_start), tuple(box))  # type: ignore[arg-type]
