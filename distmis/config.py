@@ -42,6 +42,11 @@ class SyntheticConfig(_Section):
     seed: int = 0
 
 
+#: keys an older distmis wrote into ``data.prepare`` that no longer have an effect: ``shards``
+#: (every case is its own file since cases are read on demand)
+_RETIRED_PREPARE_KEYS = frozenset({"shards"})
+
+
 class PrepareConfig(_Section):
     """How an MSD directory becomes a prepared dataset (see ``distmis prepare``)."""
 
@@ -53,6 +58,15 @@ class PrepareConfig(_Section):
     #: per channel: ``auto`` (CT by the training foreground's range, others z-scored per case),
     #: ``zscore``, ``ct`` or ``none``; one value for every channel, or a list with one per channel
     normalization: NormalizationScheme | list[NormalizationScheme] = "auto"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_retired_keys(cls, data: Any) -> Any:
+        # every model a finalized search saved records its whole config, retired keys included; a
+        # model trained by an older distmis must still load for predict and evaluate
+        if isinstance(data, dict) and any(key in data for key in _RETIRED_PREPARE_KEYS):
+            return {key: value for key, value in data.items() if key not in _RETIRED_PREPARE_KEYS}
+        return data
 
     @field_validator("split")
     @classmethod

@@ -39,6 +39,18 @@ def test_valid_file_loads(tmp_path: Path) -> None:
     assert cfg.train.epochs == 2 and set(cfg.space) == {"lr", "norm", "groups"}
 
 
+def test_a_config_an_older_distmis_saved_still_loads_without_its_retired_keys(tmp_path: Path) -> None:
+    """Every finalized model keeps its whole config, so a key that was dropped from the schema must
+    not make an older model unreadable."""
+    cfg = load_config(
+        write(tmp_path, "data:\n  prepare: {shape: [16, 16, 16], shards: 4}\n" + VALID), require_space=True
+    )
+    assert cfg.data.prepare.shape == (16, 16, 16)
+    assert "shards" not in cfg.to_yaml_dict()["data"]["prepare"]
+    with pytest.raises(ConfigError, match=r"data\.prepare\.shard: unknown key"):
+        load_config(write(tmp_path, "data:\n  prepare: {shard: 4}\n" + VALID), require_space=True)
+
+
 @pytest.mark.parametrize(
     ("text", "pattern"),
     [
