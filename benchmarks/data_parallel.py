@@ -28,6 +28,9 @@ from typing import Any
 
 from benchlib import add_out_option, write_report
 
+from distmis.exceptions import TuningError
+from distmis.search_summary import read_search_summary
+
 WORKER = r"""
 import json, os, sys, time
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
@@ -144,7 +147,7 @@ def startup(work: Path, prepared: Path, size: int) -> list[dict[str, Any]]:
             values = [r["finished_at"] - r["trial_started_at"] for r in rs]
             return f"{sum(values) / len(values):5.2f} s" if values else "-"
 
-        wall = json.loads((out / "summary.json").read_text())["wall_seconds"]
+        wall = read_search_summary(out, error=TuningError).wall_seconds
         print(
             f"  {mode:<10} {concurrent} x {workers} worker(s): wall {wall:5.1f} s; cold start-up per slot "
             f"{sum(slots.values()) / len(slots):5.1f} s ({len(slots)} slot(s))"

@@ -44,6 +44,9 @@ from typing import Any
 
 from benchlib import add_out_option, write_report
 
+from distmis.exceptions import TuningError
+from distmis.search_summary import read_search_summary
+
 
 def list_schedule(durations: list[float], workers: int) -> float:
     """Makespan of greedy list scheduling (each trial to the first free worker, in order)."""
@@ -100,9 +103,9 @@ def from_compare(directory: Path) -> dict[str, float]:
     k = stats["data"]["workers_per_trial"]
 
     def epochs_of(mode: str) -> list[tuple[dict, list[dict]]]:
-        summary = json.loads((directory / mode / "summary.json").read_text())
+        summary = read_search_summary(directory / mode, error=TuningError)
         out = []
-        for t in summary["trials_detail"]:
+        for t in (trial.model_dump() for trial in summary.trials_detail):
             with open(directory / mode / "trials" / t["trial_id"] / "metrics.csv") as fh:
                 out.append((t, list(csv.DictReader(fh))))
         return out

@@ -32,6 +32,9 @@ from pathlib import Path
 import yaml
 from benchlib import add_out_option, write_report
 
+from distmis.exceptions import TuningError
+from distmis.search_summary import read_search_summary
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # this process prepares the data with TensorFlow
 
 
@@ -81,7 +84,7 @@ def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, str]:
 
 def trials_detail(out: Path) -> list[dict]:
     """The search's per-trial record (``summary.json``)."""
-    return json.loads((out / "summary.json").read_text())["trials_detail"]
+    return [t.model_dump() for t in read_search_summary(out, error=TuningError).trials_detail]
 
 
 def trial_phase(detail: list[dict]) -> float:

@@ -13,10 +13,11 @@ from typing import Any
 
 import yaml
 
-from distmis.documents import finite_or_none, read_json
+from distmis.documents import finite_or_none
 from distmis.exceptions import TuningError
 from distmis.metrics import VAL_DICE
 from distmis.schema import RunFile, Tag
+from distmis.search_summary import SearchSummaryFile, read_search_summary
 
 
 @dataclass
@@ -96,8 +97,11 @@ def load_mode_dir(name: str, search_dir: Path) -> ModeRecord:
         TuningError: its summary or search file is not what ``distmis tune`` writes (damaged, or edited
             by hand), naming the file: the mode is then run again with ``--resume`` once it is removed.
     """
-    summary_path = search_dir / RunFile.SUMMARY
-    summary = read_json(summary_path, error=TuningError, what="a search's summary.json")
+    again = f"remove {search_dir} and run the comparison again with --resume to run this mode again"
+    try:
+        summary = read_search_summary(search_dir, error=TuningError)
+    except TuningError as exc:
+        raise TuningError(f"{exc}; {again}") from None
     search_file = search_dir / RunFile.SEARCH_FILE
     try:
         config = yaml.safe_load(search_file.read_text(encoding="utf-8"))
@@ -107,33 +111,30 @@ def load_mode_dir(name: str, search_dir: Path) -> ModeRecord:
         return _mode_record(name, search_dir, summary, config)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise TuningError(
-            f"{summary_path}: not a finished search's summary ({type(exc).__name__}: {exc}); remove {search_dir} "
-            "and run the comparison again with --resume to run this mode again"
+            f"{search_file}: not the configuration a finished search ran ({type(exc).__name__}: {exc}); {again}"
         ) from None
 
 
-def _mode_record(name: str, search_dir: Path, summary: Any, config: Any) -> ModeRecord:
+def _mode_record(name: str, search_dir: Path, summary: SearchSummaryFile, config: Any) -> ModeRecord:
     par, train = config.get("parallelism", {}), config.get("train", {})
-    metric = summary["metric"]
+    metric = summary.metric
     trials = [
         TrialRecord(
-            trial_id=t["trial_id"],
-            params=t["params"],
-            status=t["status"],
-            stopped_early=bool(t["stopped_early"]),
-            started=t.get("started_at"),
-            finished=t.get("finished_at"),
+            trial_id=t.trial_id,
+            params=t.params,
+            status=t.status,
+            stopped_early=t.stopped_early,
+            started=t.started_at,
+            finished=t.finished_at,
             # only the epochs the search saw: a data-parallel trial's workers may finish the epoch in
             # flight after the scheduler stopped the trial; Tune (and MLflow) never get that result
-            epochs=_epochs_from_csv(search_dir / RunFile.TRIALS_DIR / t["trial_id"] / RunFile.METRICS, metric)[
-                : int(t["epochs"])
-            ],
-            group_startup=finite_or_none(t.get("group_startup_seconds")),
-            warm=t.get("warm"),
-            overhead=finite_or_none(t.get("overhead_seconds")),
-            slot=None if t.get("pid") is None else str(t["pid"]),
+            epochs=_epochs_from_csv(search_dir / RunFile.TRIALS_DIR / t.trial_id / RunFile.METRICS, metric)[: t.epochs],
+            group_startup=finite_or_none(t.group_startup_seconds),
+            warm=t.warm,
+            overhead=finite_or_none(t.overhead_seconds),
+            slot=None if t.pid is None else str(t.pid),
         )
-        for t in summary.get("trials_detail", [])
+        for t in summary.trials_detail
     ]
     return ModeRecord(
         name=name,
@@ -141,13 +142,13 @@ def _mode_record(name: str, search_dir: Path, summary: Any, config: Any) -> Mode
         concurrent_trials=int(config.get("search", {}).get("max_concurrent_trials") or 1),
         cpus_per_worker=float(par.get("cpus_per_worker", 1)),
         gpus_per_worker=float(par.get("gpus_per_worker", 0)),
-        started_at=float(summary.get("started_at") or 0.0),
-        wall_seconds=float(summary["wall_seconds"]),
+        started_at=summary.started_at or 0.0,
+        wall_seconds=summary.wall_seconds,
         metric=metric,
         batch_size_per_replica=int(train.get("batch_size_per_replica", 2)),
         lr_scaling=str(train.get("lr_scaling", "none")),
         steps_per_epoch=train.get("steps_per_epoch"),
-        max_concurrent_observed=int(summary.get("max_concurrent_observed", 0)),
+        max_concurrent_observed=summary.max_concurrent_observed,
         trials=trials,
     )
 

@@ -15,13 +15,13 @@ distmis wrote it).
 from __future__ import annotations
 
 import shutil
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from distmis.files import atomic_directory, write_json_atomic
 from distmis.finalize._cv import Selection
 from distmis.finalize._plan import FinalizePlan
+from distmis.finalize._records import SelectionMember, SelectionRecord
 from distmis.schema import RunFile
 
 
@@ -55,21 +55,22 @@ def write_final(plan: FinalizePlan, selection: Selection, fold_models: dict[tupl
 
 
 def selection_record(plan: FinalizePlan, selection: Selection) -> dict[str, Any]:
+    """``final/selection.json`` (:class:`SelectionRecord`)."""
     by_name = {c.name: c for c in plan.candidates}
-    return {
-        "search": str(plan.run),
-        "finalize": str(plan.out),
-        "folds": plan.folds,
-        "fold_seed": plan.seed,
-        "members": [
-            {"configuration": name, "trial_id": by_name[name].trial_id, "params": by_name[name].params}
+    return SelectionRecord(
+        search=str(plan.run),
+        finalize=str(plan.out),
+        folds=plan.folds,
+        fold_seed=plan.seed,
+        members=[
+            SelectionMember(configuration=name, trial_id=by_name[name].trial_id, params=by_name[name].params)
             for name in selection.members
         ],
-        "cv": selection.cv,
-        "pairs_tried": selection.pair_cv,
-        "postprocess_gain": selection.postprocess_gain,
-        "candidates": [asdict(c) for c in plan.candidates],
-    }
+        cv=selection.cv,
+        pairs_tried=selection.pair_cv,
+        postprocess_gain=selection.postprocess_gain,
+        candidates=plan.candidates,
+    ).model_dump()
 
 
 __all__ = ["selection_record", "write_final"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +27,12 @@ from distmis.data import (
     load_manifest,
     read_search_splits,
 )
-from distmis.documents import read_json
 from distmis.exceptions import ConfigError, TuningError
 from distmis.files import check_location, marker_info
+from distmis.finalize._records import Candidate, FinalizeRecord, read_finalize_record, read_selection
 from distmis.links import refuse_link
 from distmis.schema import RunFile
+from distmis.search_summary import SearchSummaryFile, read_search_summary
 from distmis.tracking import TrackingState, read_tracking_state
 from distmis.tuning import check_resumed_choices, check_tune_state, read_recorded
 
@@ -69,20 +70,6 @@ class FinalizeOptions:
         return {k: getattr(self, k) for k in DEFAULTS}
 
 
-@dataclass(frozen=True)
-class Candidate:
-    """A configuration of the search: its rank by the search metric, its parameters, its value there."""
-
-    rank: int
-    trial_id: str
-    params: dict[str, Any]
-    search_value: float
-
-    @property
-    def name(self) -> str:
-        return f"c{self.rank}"
-
-
 @dataclass
 class FinalizePlan:
     run: Path  # the search directory
@@ -102,17 +89,18 @@ class FinalizePlan:
     splits: CaseSplits | None = None  # the data's splits as this finalize saw them (checked, recorded)
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "run": str(self.run),
-            "splits": self.splits.model_dump() if self.splits is not None else None,
-            "candidates": [asdict(c) for c in self.candidates],
-            "folds": self.folds,
-            "seed": self.seed,
-            "groups": self.groups,
-            "tta": self.tta,
-            "pairs": self.pairs,
-            "postprocess": self.postprocess,
-        }
+        """``finalize.json``, what a resumed finalize reads back (:class:`FinalizeRecord`)."""
+        return FinalizeRecord(
+            run=str(self.run),
+            splits=self.splits,
+            candidates=self.candidates,
+            folds=self.folds,
+            seed=self.seed,
+            groups=self.groups,
+            tta=self.tta,
+            pairs=self.pairs,
+            postprocess=self.postprocess,
+        ).model_dump()
 
 
 def _spell(key: str, value: Any) -> str:
@@ -152,12 +140,10 @@ def plan_finalize(options: FinalizeOptions) -> FinalizePlan:
     if resume and not recorded.is_file():
         raise TuningError(f"{out_dir}: no finalize to resume here (no {PLAN_FILE}); run without --resume")
     if resume:
-        data = read_recorded(recorded, what="finalize")
-        if isinstance(data.get("splits"), dict):  # what the folds already trained were split from
-            check_same_splits(
-                CaseSplits.model_validate(data["splits"]), splits, recorded_in=str(recorded), data=prepared
-            )
-        chosen = {**{k: data[k] for k in DEFAULTS if k != "top"}, "top": len(data["candidates"])}
+        record = read_finalize_record(recorded, read_recorded(recorded, what="finalize"))
+        if record.splits is not None:  # what the folds already trained were split from
+            check_same_splits(record.splits, splits, recorded_in=str(recorded), data=prepared)
+        chosen = {**{k: getattr(record, k) for k in DEFAULTS if k != "top"}, "top": len(record.candidates)}
         check_resumed_choices(recorded, given, chosen, _spell)
         check_tune_state(out_dir / RunFile.TUNE_DIR, command="the finalize")
     else:
@@ -214,22 +200,14 @@ def check_final(final: Path, out: Path, *, resume: bool, overwrite: bool) -> Non
         ) from None
     if not (final.exists() or final.is_symlink()):
         return
-    ours = resume and str(read_selection_of(final).get("finalize", "")) == str(out)
+    selection = read_selection(final)
+    ours = resume and selection is not None and selection.finalize == str(out)
     if not (overwrite or ours):
         raise TuningError(
             f"{final}: already holds the model of an earlier finalize (its report describes it); pass --overwrite "
             "to replace it, or finalize into another search copy"
         )
     check_replaceable(final, option="the model directory", overwrite=True)
-
-
-def read_selection_of(final: Path) -> dict[str, Any]:
-    """``final/selection.json`` as far as it can be read (``{}``: none, or damaged)."""
-    try:
-        data = json.loads((final / RunFile.SELECTION).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def _checked_splits(run: Path, prepared: Path) -> CaseSplits:
@@ -274,7 +252,7 @@ def _splits_of_trial_models(run: Path) -> tuple[CaseSplits | None, str]:
     return None, ""
 
 
-def _read_search(run: Path) -> tuple[dict[str, Any], ExperimentConfig, Path]:
+def _read_search(run: Path) -> tuple[SearchSummaryFile, ExperimentConfig, Path]:
     """The search's summary, configuration (on its prepared data) and prepared directory."""
     if not run.is_dir():
         raise TuningError(f"{run}: no such search directory")
@@ -287,14 +265,12 @@ def _read_search(run: Path) -> tuple[dict[str, Any], ExperimentConfig, Path]:
             f"{run}: a run directory without results (no {', '.join(missing)}); finalize takes a finished search: "
             f"finish it first (distmis tune <file> --out {run} --resume)"
         )
-    summary = read_json(run / RunFile.SUMMARY, error=TuningError, what="a search's summary")
-    if not isinstance(summary, dict):
-        raise TuningError(f"{run / RunFile.SUMMARY}: expected a JSON object, found {type(summary).__name__}")
+    summary = read_search_summary(run, error=TuningError)
     try:
         config = load_config(run / RunFile.SEARCH_FILE, require_space=True)
     except ConfigError as exc:
         raise TuningError(f"{run / RunFile.SEARCH_FILE}: the search's configuration is not readable: {exc}") from None
-    prepared = Path(str(summary.get("prepared", "")))
+    prepared = Path(summary.prepared)
     if not (prepared / RunFile.PREPARED_INFO).is_file():
         raise TuningError(f"{run / RunFile.SUMMARY}: its prepared data {prepared} is gone; prepare it again")
     data = config.to_yaml_dict()
@@ -302,31 +278,32 @@ def _read_search(run: Path) -> tuple[dict[str, Any], ExperimentConfig, Path]:
     return summary, ExperimentConfig.model_validate(data), prepared
 
 
-def _candidates(summary: dict[str, Any], config: ExperimentConfig, top: int) -> list[Candidate]:
+def _candidates(summary: SearchSummaryFile, config: ExperimentConfig, top: int) -> list[Candidate]:
     metric, mode = config.search.metric, config.search.mode
     scored: dict[str, tuple[float, str, dict[str, Any]]] = {}
-    for trial in summary.get("trials_detail", []):
-        value = (trial.get("best") or {}).get(metric)
-        if trial.get("status") != "TERMINATED" or value is None or not math.isfinite(float(value)):
+    for trial in summary.trials_detail:
+        value = trial.best.get(metric)
+        if trial.status != "TERMINATED" or value is None or not math.isfinite(value):
             continue
-        key = json.dumps(trial["params"], sort_keys=True)
-        better = key not in scored or (
-            float(value) > scored[key][0] if mode == "max" else float(value) < scored[key][0]
-        )
+        key = json.dumps(trial.params, sort_keys=True)
+        better = key not in scored or (value > scored[key][0] if mode == "max" else value < scored[key][0])
         if better:
-            scored[key] = (float(value), str(trial["trial_id"]), dict(trial["params"]))
+            scored[key] = (value, trial.trial_id, dict(trial.params))
     ranked = sorted(scored.values(), key=lambda t: t[0], reverse=mode == "max")
     if not ranked:
-        failed = sum(t.get("status") == "ERROR" for t in summary.get("trials_detail", []))
+        failed = sum(t.status == "ERROR" for t in summary.trials_detail)
         raise TuningError(
-            f"{summary.get('out', 'the search')}: no trial finished with a {metric} value ({failed} failed: the "
+            f"{summary.out}: no trial finished with a {metric} value ({failed} failed: the "
             "error column of its results.csv says why); nothing to cross-validate"
         )
     if top < 1 or top > len(ranked):
         raise TuningError(
             f"--top {top}: the search has {len(ranked)} configuration(s) with a {metric} value; choose 1..{len(ranked)}"
         )
-    return [Candidate(i, trial_id, params, value) for i, (value, trial_id, params) in enumerate(ranked[:top])]
+    return [
+        Candidate(rank=i, trial_id=trial_id, params=params, search_value=value)
+        for i, (value, trial_id, params) in enumerate(ranked[:top])
+    ]
 
 
 def _check_fold_sizes(config: ExperimentConfig, groups: list[list[str]], candidates: list[Candidate]) -> None:
@@ -382,4 +359,4 @@ def _search_tracking(run: Path) -> TrackingState:
     return read_tracking_state(run) or TrackingState()
 
 
-__all__ = ["PLAN_FILE", "Candidate", "FinalizePlan", "check_fold_classes", "plan_finalize"]
+__all__ = ["PLAN_FILE", "FinalizePlan", "check_fold_classes", "plan_finalize"]

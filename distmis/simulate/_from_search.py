@@ -11,12 +11,12 @@ from __future__ import annotations
 import bisect
 import csv
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from distmis.documents import finite_or_none, read_json
 from distmis.schema import RunFile
+from distmis.search_summary import TrialRow, read_search_summary
 from distmis.simulate._curves import METRIC_PREFIX, Curve, CurveError, CurveTable
 
 
@@ -85,37 +85,36 @@ def curves_of_search(search: str | Path) -> tuple[CurveTable, int]:
         CurveError: not a finished search (no ``summary.json`` with trials).
     """
     search = Path(search)
-    summary = read_json(search / RunFile.SUMMARY, error=CurveError, what="search summary")
-    detail = summary.get("trials_detail") if isinstance(summary, dict) else None
-    if not isinstance(detail, list) or not detail:
+    summary = read_search_summary(search, error=CurveError)
+    if not summary.trials_detail:
         raise CurveError(f"{search}: not a finished search (summary.json lists no trials)")
+    starts = {t.trial_id: finite_or_none(t.started_at) for t in summary.trials_detail}
     trials = sorted(
-        (t for t in detail if isinstance(t, dict) and finite_or_none(t.get("started_at")) is not None),
-        key=lambda t: float(t["started_at"]),
+        (t for t in summary.trials_detail if starts[t.trial_id] is not None), key=lambda t: starts[t.trial_id] or 0.0
     )
-    stopped = [str(t["trial_id"]) for t in trials if t.get("stopped_early")]
+    stopped = [t.trial_id for t in trials if t.stopped_early]
     if stopped:
         raise CurveError(
             f"{search}: {len(stopped)} of its {len(trials)} trials were stopped early by its scheduler "
             f"({', '.join(stopped[:3])}{', ...' if len(stopped) > 3 else ''}); simulate replays whole curves: record "
             "a pilot search with `scheduler: {type: none}`"
         )
-    cold = _cold_starts(search, [str(t["trial_id"]) for t in trials if t.get("status") == "TERMINATED"])
+    cold = _cold_starts(search, [t.trial_id for t in trials if t.status == "TERMINATED"])
     fixed = _fixed_seconds(search)
     ends: list[float] = []  # ends of finished trials, sorted: the moments a slot was freed
     curves: list[Curve] = []
     left_out = 0
     for t in trials:
-        tid, started = str(t["trial_id"]), float(t["started_at"])
+        tid, started = t.trial_id, starts[t.trial_id] or 0.0
         epochs_file = search / RunFile.TRIALS_DIR / tid / RunFile.METRICS
-        if t.get("status") == "TERMINATED" and not epochs_file.is_file():
+        if t.status == "TERMINATED" and not epochs_file.is_file():
             raise CurveError(f"{epochs_file}: missing, though trial {tid} finished; its curve is gone (restore it)")
         rows = _epochs(epochs_file)
-        finished = finite_or_none(t.get("finished_at"))
+        finished = finite_or_none(t.finished_at)
         if finished is not None:
             bisect.insort(ends, finished)
         curve = _curve(t, rows, search / RunFile.TRIALS_DIR / tid)
-        if curve is None or t.get("status") != "TERMINATED":
+        if curve is None or t.status != "TERMINATED":
             left_out += 1
             continue
         curve.search_fixed_seconds = fixed
@@ -147,7 +146,7 @@ def _recipe_of_search(search: Path) -> str | None:
         return None
 
 
-def _curve(trial: dict[str, Any], rows: list[dict[str, str]], trial_dir: Path) -> Curve | None:
+def _curve(trial: TrialRow, rows: list[dict[str, str]], trial_dir: Path) -> Curve | None:
     """One trial's curve, or None when it has no epoch or a value that is not a finite number."""
     if not rows:
         return None
@@ -166,12 +165,11 @@ def _curve(trial: dict[str, Any], rows: list[dict[str, str]], trial_dir: Path) -
         for m, v in numbers.items():
             assert v is not None
             values[m].append(v)
-    params = dict(trial.get("params") or {})
     return Curve(
-        trial=str(trial["trial_id"]),
+        trial=trial.trial_id,
         training_seed=_training_seed(trial_dir),
-        params={k: v for k, v in params.items() if k not in ("seed", "train.seed")},
-        warm=bool(trial.get("warm")),
+        params={k: v for k, v in trial.params.items() if k not in ("seed", "train.seed")},
+        warm=bool(trial.warm),
         startup_seconds=0.0,
         epoch_seconds=seconds,
         report_seconds=report_seconds(seconds, ended),

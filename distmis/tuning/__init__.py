@@ -1,5 +1,6 @@
 """Tuning: Ray Tune searches (Optuna TPE, random, grid; ASHA; resume) over the one trainable of every mode."""
 
+from distmis.search_summary import SearchSummary, TrialRow
 from distmis.tuning._deadline import SearchDeadline, deadline_reached, time_spent
 from distmis.tuning._interrupt import STOP_REQUESTED, stop_on_signals, stop_on_walltime_warning
 from distmis.tuning._phases import (
@@ -9,7 +10,7 @@ from distmis.tuning._phases import (
     tune_environment,
 )
 from distmis.tuning._progress import LiveProgress
-from distmis.tuning._results import SearchSummary, TrialRow, trial_rows
+from distmis.tuning._results import trial_rows
 from distmis.tuning._resume import (
     check_resume_config,
     check_resumed_choices,

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import shutil
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,116 +24,11 @@ from distmis.metrics import (
     result_metrics,
 )
 from distmis.schema import RunFile
+from distmis.search_summary import SearchSummary, SearchSummaryFile, TrialRow
 from distmis.space import sampled_params
 
 if TYPE_CHECKING:
     from ray.tune import ResultGrid
-
-
-@dataclass
-class TrialRow:
-    trial_id: str
-    status: str
-    params: dict[str, Any]
-    epochs: int
-    stopped_early: bool
-    final: dict[str, float]
-    best: dict[str, float]
-    started_at: float | None
-    finished_at: float | None
-    error: str | None = None
-    node_ip: str | None = None
-    # where the time before training went: once per slot (a warm trial reuses it) and per trial
-    group_startup_seconds: float | None = None  # the slot's cold start (its process, or its worker group)
-    warm: bool | None = None  # ran on a slot that had already run a trial
-    overhead_seconds: float | None = None  # first epoch's end - trial start - the first epoch's own time
-    pid: int | None = None
-
-    @property
-    def seconds(self) -> float | None:
-        if self.started_at is None or self.finished_at is None:
-            return None
-        return self.finished_at - self.started_at
-
-
-@dataclass
-class SearchSummary:
-    name: str
-    out: str
-    metric: str
-    mode: str
-    wall_seconds: float
-    trials: int
-    finished: int
-    stopped_early: int
-    failed: int
-    max_concurrent_observed: int
-    best_trial_id: str | None = None
-    best_value: float | None = None
-    best_params: dict[str, Any] = field(default_factory=dict)
-    started_at: float | None = None  # Unix time the search command started (resume: the resumed one)
-    interrupted: bool = False  # stopped on request before the end; --resume continues it
-
-    @classmethod
-    def interrupted_search(cls, config: ExperimentConfig, out: Path, started_at: float) -> SearchSummary:
-        """The summary of a search stopped on request (``--resume`` continues it)."""
-        import time
-
-        return cls(
-            name=config.name,
-            out=str(out),
-            metric=config.search.metric,
-            mode=config.search.mode,
-            wall_seconds=time.time() - started_at,
-            trials=0,
-            finished=0,
-            stopped_early=0,
-            failed=0,
-            max_concurrent_observed=0,
-            started_at=started_at,
-            interrupted=True,
-        )
-
-    @property
-    def ok(self) -> bool:
-        return self.failed == 0 and self.best_trial_id is not None
-
-    def description(self) -> str:
-        """A short summary for the MLflow run's description (Markdown)."""
-        best = (
-            f"Best trial **{self.best_trial_id}**: {self.metric} = {self.best_value:.4f} with "
-            f"{json.dumps(self.best_params)}."
-            if self.best_trial_id and self.best_value is not None
-            else "No trial reached a value."
-        )
-        return (
-            f"{best}\n\n{self.trials} trials: {self.finished} finished, {self.stopped_early} stopped early, "
-            f"{self.failed} failed; wall time {self.wall_seconds:.0f} s. Files: `{self.out}`."
-        )
-
-    def print(self) -> None:
-        from rich.console import Console
-        from rich.table import Table
-
-        table = Table(title=f"distmis search '{self.name}'", show_header=False)
-        table.add_row(
-            "best trial", f"{self.best_trial_id}  {self.metric}={self.best_value:.4f}" if self.best_trial_id else "none"
-        )
-        table.add_row("best params", json.dumps(self.best_params))
-        table.add_row(
-            "trials",
-            f"{self.trials}: {self.finished} finished, {self.stopped_early} stopped early, {self.failed} failed",
-        )
-        table.add_row("wall time", f"{self.wall_seconds:.1f} s")
-        table.add_row("max concurrent trials seen", str(self.max_concurrent_observed))
-        table.add_row("results", f"{self.out}/results.csv" + (", best.yaml, best/" if self.best_trial_id else ""))
-        Console().print(table)
-        if self.trials and self.failed == self.trials:
-            print(
-                f"distmis: every trial failed ({self.failed} of {self.trials}): no best model; the error column of "
-                f"{self.out}/results.csv says why",
-                flush=True,
-            )
 
 
 def max_overlap(intervals: list[tuple[float, float]]) -> int:
@@ -311,8 +204,6 @@ def summarise(
         best_params=best.params if best else {},
         started_at=started_at,
     )
-    write_json_atomic(
-        out / RunFile.SUMMARY,
-        {**asdict(summary), "prepared": str(prepared), "trials_detail": [asdict(r) for r in rows]},
-    )
+    record = SearchSummaryFile(**summary.model_dump(), prepared=str(prepared), trials_detail=rows)
+    write_json_atomic(out / RunFile.SUMMARY, record.model_dump())
     return summary

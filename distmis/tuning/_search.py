@@ -42,6 +42,7 @@ from distmis.locks import reader_lock
 from distmis.preflight import preflight
 from distmis.raysession import RaySession, probe_address
 from distmis.schema import RunFile
+from distmis.search_summary import SearchSummary
 from distmis.tensorflow_env import apply_tensorflow_env, tensorflow_env
 from distmis.tracking import SearchTracker
 from distmis.tuning._interrupt import STOP_REQUESTED
@@ -53,7 +54,7 @@ from distmis.tuning._phases import (
     start_ray_and_tracking,
     tune_environment,
 )
-from distmis.tuning._results import SearchSummary, summarise
+from distmis.tuning._results import summarise
 from distmis.tuning._resume import (
     check_resume_config,
     check_resume_target,
@@ -329,7 +330,13 @@ def _end(
                 f"{plan.resume_command}",
                 flush=True,
             )
-        summary = SearchSummary.interrupted_search(config, plan.out, timings.started)
+        summary = SearchSummary.interrupted_search(
+            name=config.name,
+            metric=config.search.metric,
+            mode=config.search.mode,
+            out=plan.out,
+            started_at=timings.started,
+        )
     else:
         if out_of_time:
             print(

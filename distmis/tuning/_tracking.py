@@ -18,7 +18,7 @@ from distmis.tracking import SearchTracker
 
 if TYPE_CHECKING:
     from distmis.config import ExperimentConfig
-    from distmis.tuning._results import SearchSummary
+    from distmis.search_summary import SearchSummary
 
 
 def start_search_tracking(config: ExperimentConfig, out: Path, tracking_uri: str | None, resume: bool) -> SearchTracker:

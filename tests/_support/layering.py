@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("links",),
     ("console", "documents", "tensorflow_env", "redact", "metrics", "locks", "waits", "raycompat"),
     ("files",),
-    ("labels", "space", "raysession", "reports"),
+    ("labels", "space", "raysession", "reports", "search_summary"),
     ("config", "recipes"),
     ("data", "model"),
     ("training", "tracking", "preflight"),

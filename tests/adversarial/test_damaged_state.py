@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 import pickle
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
+from _support.searchfiles import finished_trial, write_summary
 from conftest import Assets, Workspace, check_case
 
 pytestmark = pytest.mark.slow
@@ -74,8 +77,68 @@ def test_a_finalize_plan_cut_short(assets: Assets, tmp_path: Path) -> None:
     (final / ".distmis-output").write_text(json.dumps(record) + "\n")
     (final / "finalize.json").write_text('{"candidates": [{"name": "c0", "par')
     (run / "results.csv").write_text("trial_id,status\n")
-    (run / "summary.json").write_text(json.dumps({"prepared": str(ws.dir / "prepared"), "trials_detail": []}))
+    write_summary(run, ws.dir / "prepared", [])
     check_case("finalize_plan_torn", "state", ws, ["finalize", "run", "--resume"], "finalize.json: not valid JSON")
+
+
+@pytest.mark.parametrize(
+    ("case_id", "plan", "token"),
+    [
+        ("finalize_plan_folds", {"folds": "five"}, "finalize.json: folds: "),
+        ("finalize_plan_no_candidates", {"candidates": []}, "finalize.json: candidates: "),
+        ("finalize_plan_unknown", {"flods": 3}, "finalize.json: flods: unknown key"),
+    ],
+)
+def test_a_finalize_plan_edited_by_hand_is_refused_naming_its_field(
+    assets: Assets, tmp_path: Path, case_id: str, plan: dict[str, Any], token: str
+) -> None:
+    ws = Workspace(tmp_path, assets)
+    _space, run = _search(ws)
+    final = run / "finalize"
+    final.mkdir()
+    record = {"written_by": "distmis finalize", "version": "0.1.0", "location": str(final)}
+    (final / ".distmis-output").write_text(json.dumps(record) + "\n")
+    whole = {
+        "run": str(run),
+        "splits": None,
+        "candidates": [{"rank": 0, "trial_id": "t0", "params": {"lr": 0.005}, "search_value": 0.5}],
+        "folds": 2,
+        "seed": 0,
+        "groups": [["a"], ["b"]],
+        "tta": True,
+        "pairs": True,
+        "postprocess": True,
+    }
+    (final / "finalize.json").write_text(json.dumps({**whole, **plan}))
+    (run / "results.csv").write_text("trial_id,status\n")
+    write_summary(run, ws.dir / "prepared", [finished_trial("t0", {"lr": 0.005}, {"val_dice": 0.5})])
+    check_case(case_id, "state", ws, ["finalize", "run", "--resume"], token)
+
+
+@pytest.mark.parametrize(
+    ("case_id", "edit", "token"),
+    [
+        ("summary_cut", lambda s: {k: v for k, v in s.items() if k != "metric"}, "summary.json: metric: required"),
+        ("summary_count", lambda s: {**s, "trials": "four"}, "summary.json: trials: "),
+        ("summary_trial", lambda s: {**s, "trials_detail": [{"trial_id": "t0"}]}, "summary.json: trials_detail.0."),
+    ],
+)
+def test_a_search_summary_cut_short_or_edited_is_refused_naming_its_field(
+    assets: Assets, tmp_path: Path, case_id: str, edit: Callable[[dict[str, Any]], dict[str, Any]], token: str
+) -> None:
+    """finalize and simulate read a finished search's summary.json through the model tune writes it
+    with: a damaged one is one error naming the file and the field, and nothing is written."""
+    from distmis.simulate import CurveError, curves_of_search
+
+    ws = Workspace(tmp_path, assets)
+    _space, run = _search(ws)
+    (run / "results.csv").write_text("trial_id,status\n")
+    write_summary(run, ws.dir / "prepared", [finished_trial("t0", {"lr": 0.005}, {"val_dice": 0.5})])
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps(edit(summary)))
+    check_case(case_id, "state", ws, ["finalize", "run"], token)
+    with pytest.raises(CurveError, match=token.replace(".", r"\.")):
+        curves_of_search(run)
 
 
 def test_a_torn_last_journal_record_is_dropped_and_kept_and_the_study_goes_on(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ import pickle
 from pathlib import Path
 
 import pytest
+from _support.searchfiles import write_summary
 from conftest import Assets, Workspace, check_case, run_distmis
 
 pytestmark = pytest.mark.slow
@@ -51,7 +52,7 @@ def _search(ws: Workspace, prepared: Path) -> tuple[Path, Path]:
     splits = json.loads((prepared / "info.json").read_text())["splits"]
     (run / "splits.json").write_text(json.dumps({k: v["cases"] for k, v in splits.items()}))
     (run / "results.csv").write_text("trial_id,status\n")
-    (run / "summary.json").write_text(json.dumps({"out": str(run), "prepared": str(prepared), "trials_detail": []}))
+    write_summary(run, prepared, [])
     return space, run
 
 

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from _support.processes import descendants, stop_tree
 from _support.raycluster import clean_env, stop_group
+from _support.searchfiles import finished_trial, write_summary
 
 from distmis.data import Manifest, cv_cases, fold_groups, fold_view, load_manifest, make_dataset, read_case
 
@@ -261,8 +262,7 @@ def test_finalize_refuses_a_fold_whose_validation_cases_lack_a_class(tmp_path: P
         "model: {depth: 2, filters: 4}\nspace:\n  lr: {loguniform: [1.0e-3, 1.0e-2]}\n"
     )
     (run / "results.csv").write_text("trial_id\n")
-    detail = [{"trial_id": "t0", "status": "TERMINATED", "params": {"lr": 0.005}, "best": {"val_dice": 0.5}}]
-    (run / "summary.json").write_text(json.dumps({"prepared": str(prepared), "trials_detail": detail}))
+    write_summary(run, prepared, [finished_trial("t0", {"lr": 0.005}, {"val_dice": 0.5})])
     result = _distmis("finalize", str(run), "--top", "1", "--folds", "3")
     assert result.returncode == 2, result.stdout[-1500:] + result.stderr[-1500:]
     errors = [line for line in result.stderr.splitlines() if line.startswith("distmis: error:")]
