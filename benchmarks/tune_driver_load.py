@@ -189,7 +189,7 @@ def measure(workers: int, trials: int, epochs: int, sleep: float) -> Measured:
             run_config=tune.RunConfig(
                 name="tune",
                 storage_path=str(out),
-                storage_filesystem=tune_storage(),
+                storage_filesystem=tune_storage(out),
                 callbacks=callbacks,
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
                 verbose=0,

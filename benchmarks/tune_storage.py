@@ -5,7 +5,9 @@ whole experiment directory (each trial's ``result.json``, ``progress.csv``, ``pa
 file) from its staging directory into ``--out/tune`` with pyarrow's ``copy_files``, every file
 each time. This times that copy for a directory of N trials' files, through pyarrow's local
 filesystem (writes in place) and through distmis's (``distmis.tuning.tune_storage``:
-each file under a temporary name, renamed when complete), side by side, median of ``--repeats``.
+each file under a temporary name, renamed when complete), side by side, median of ``--repeats``;
+and distmis's with its storage root, which also refuses a directory link planted below the root
+(an ``lstat`` of each directory between the root and the file, at each write).
 
     python benchmarks/tune_storage.py [--trials 64,128,256,512] [--repeats 5]
 """
@@ -24,7 +26,7 @@ from pathlib import Path
 import pyarrow.fs as pafs
 from benchlib import add_out_option, write_report
 
-from distmis.tuning import tune_storage
+from distmis.tuning import WholeFileLocalHandler, tune_storage
 
 
 def staging(root: Path, trials: int) -> Path:
@@ -59,17 +61,30 @@ def main() -> None:
     add_out_option(p, "tune_storage")
     a = p.parse_args()
     rows = []
-    print("| trials | files | pyarrow local (s) | distmis whole-file (s) | ratio |")
-    print("|---|---|---|---|---|")
+    print("| trials | files | pyarrow local (s) | distmis whole-file (s) | ratio | + link checks (s) | ratio |")
+    print("|---|---|---|---|---|---|---|")
     for n in (int(x) for x in a.trials.split(",")):
         root = Path(tempfile.mkdtemp(prefix="tune-storage-"))
         try:
             src = staging(root, n)
             files = sum(1 for _ in src.rglob("*") if _.is_file())
             plain = sync_seconds(src, root / "plain", pafs.LocalFileSystem(), a.repeats)
-            whole = sync_seconds(src, root / "whole", tune_storage(), a.repeats)
-            print(f"| {n} | {files} | {plain:.3f} | {whole:.3f} | {whole / plain:.2f} |", flush=True)
-            rows.append({"trials": n, "files": files, "pyarrow local (s)": plain, "distmis whole-file (s)": whole})
+            whole = sync_seconds(src, root / "whole", pafs.PyFileSystem(WholeFileLocalHandler()), a.repeats)
+            checked = sync_seconds(src, root / "checked", tune_storage(root / "checked"), a.repeats)
+            print(
+                f"| {n} | {files} | {plain:.3f} | {whole:.3f} | {whole / plain:.2f} | {checked:.3f} | "
+                f"{checked / plain:.2f} |",
+                flush=True,
+            )
+            rows.append(
+                {
+                    "trials": n,
+                    "files": files,
+                    "pyarrow local (s)": plain,
+                    "distmis whole-file (s)": whole,
+                    "distmis, link-checked (s)": checked,
+                }
+            )
         finally:
             shutil.rmtree(root, ignore_errors=True)
     title = f"syncing a search's trial directories, median of {a.repeats}: pyarrow's local copy against distmis's"

@@ -63,7 +63,7 @@ def run(concurrency: int, epoch_seconds: float, epochs: int) -> dict[str, float]
             run_config=tune.RunConfig(
                 name="tune",
                 storage_path=str(out),
-                storage_filesystem=pafs.PyFileSystem(CountingHandler()),
+                storage_filesystem=pafs.PyFileSystem(CountingHandler(out)),
                 # a function trainable checkpoints when it reports one: no frequency to set
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
                 verbose=0,

@@ -30,7 +30,7 @@ import pyarrow
 import pyarrow.fs as pafs
 
 from distmis.files import is_temporary, open_nofollow, refuse_link, temporary_sibling
-from distmis.links import NOFOLLOW
+from distmis.links import NOFOLLOW, link_error
 
 #: a file up to this size is held in memory until it is closed, and left alone when the file
 #: under its name already holds the same bytes; a larger one goes on in its temporary file
@@ -147,23 +147,57 @@ class _WholeFile:
                 self._partial.unlink(missing_ok=True)
 
 
-class WholeFileLocalHandler(pafs.FileSystemHandler):
-    """pyarrow's local filesystem, whose output streams replace a file only when complete."""
+def refuse_linked_directories(path: str, root: Path | None) -> None:
+    """Refuse ``path`` when a directory between ``root`` and it is a symbolic link.
 
-    def __init__(self) -> None:
+    Why each time and not once: the output is checked for links when it is claimed, but a link
+    planted while the search runs (``RUN/tune/<trial>`` pointing at a folder of scans) would send
+    every later write, directory creation and checkpoint removal of Tune's below it into the
+    link's target. A path outside ``root`` is not Tune's storage and is left to its writer.
+
+    Raises:
+        OutputError: naming the link.
+    """
+    if root is None:
+        return
+    target = Path(path)
+    try:
+        inside = target.relative_to(root)
+    except ValueError:
+        return
+    current = root
+    for part in inside.parts[:-1]:
+        current = current / part
+        if current.is_symlink():
+            raise link_error(current, what="search state (Ray Tune's storage)")
+
+
+class WholeFileLocalHandler(pafs.FileSystemHandler):
+    """pyarrow's local filesystem, whose output streams replace a file only when complete, and which
+    neither writes, creates, moves nor removes anything below a directory link inside ``root``."""
+
+    def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
         self._local = pafs.LocalFileSystem()
+        self._root = Path(root).absolute() if root is not None else None
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, WholeFileLocalHandler)
+        return isinstance(other, WholeFileLocalHandler) and other._root == self._root
 
     def __ne__(self, other: object) -> bool:
         return not self == other
 
     def __hash__(self) -> int:
-        return hash(type(self))
+        return hash((type(self), self._root))
 
-    def __reduce__(self) -> tuple[Any, tuple[()]]:
-        return (WholeFileLocalHandler, ())  # sent to every trial process with Tune's storage context
+    def __reduce__(self) -> tuple[Any, tuple[str | None]]:
+        # sent to every trial process with Tune's storage context: as this class, which they can import
+        return (WholeFileLocalHandler, (None if self._root is None else str(self._root),))
+
+    def _checked(self, path: str, *, itself: bool = False) -> str:
+        refuse_linked_directories(path, self._root)
+        if itself and self._root is not None and Path(path).is_symlink():
+            refuse_link(path, what="search state (Ray Tune's storage)")
+        return path
 
     def get_type_name(self) -> str:
         return "distmis-whole-file-local"
@@ -178,22 +212,22 @@ class WholeFileLocalHandler(pafs.FileSystemHandler):
         return list(self._local.get_file_info(selector))
 
     def create_dir(self, path: str, recursive: bool) -> None:
-        self._local.create_dir(path, recursive=recursive)
+        self._local.create_dir(self._checked(path, itself=True), recursive=recursive)
 
     def delete_dir(self, path: str) -> None:
-        self._local.delete_dir(path)
+        self._local.delete_dir(self._checked(path))
 
     def delete_dir_contents(self, path: str, missing_dir_ok: bool = False) -> None:
-        self._local.delete_dir_contents(path, missing_dir_ok=missing_dir_ok)
+        self._local.delete_dir_contents(self._checked(path, itself=True), missing_dir_ok=missing_dir_ok)
 
     def delete_root_dir_contents(self) -> None:
         raise PermissionError("distmis never empties the root directory")
 
     def delete_file(self, path: str) -> None:
-        self._local.delete_file(path)
+        self._local.delete_file(self._checked(path))
 
     def move(self, src: str, dest: str) -> None:
-        self._local.move(src, dest)
+        self._local.move(self._checked(src), self._checked(dest))
 
     def copy_file(self, src: str, dest: str) -> None:
         with self._local.open_input_stream(src) as source, self.open_output_stream(dest, None) as target:
@@ -207,10 +241,10 @@ class WholeFileLocalHandler(pafs.FileSystemHandler):
         return self._local.open_input_file(path)
 
     def open_output_stream(self, path: str, metadata: Any) -> pyarrow.NativeFile:
-        return pyarrow.PythonFile(_WholeFile(path), mode="w")
+        return pyarrow.PythonFile(_WholeFile(self._checked(path)), mode="w")
 
     def open_append_stream(self, path: str, metadata: Any) -> pyarrow.NativeFile:
-        return pyarrow.PythonFile(open_nofollow(path, "ab"), mode="w")
+        return pyarrow.PythonFile(open_nofollow(self._checked(path), "ab"), mode="w")
 
 
 def remove_partials(directory: Path) -> list[Path]:
@@ -232,9 +266,9 @@ def remove_partials(directory: Path) -> list[Path]:
     return removed
 
 
-def tune_storage() -> pafs.FileSystem:
-    """The filesystem a search gives Ray Tune for ``--out/tune`` (see the module docstring)."""
-    return pafs.PyFileSystem(WholeFileLocalHandler())
+def tune_storage(root: str | os.PathLike[str]) -> pafs.FileSystem:
+    """The filesystem a search gives Ray Tune for its storage ``root`` (see the module docstring)."""
+    return pafs.PyFileSystem(WholeFileLocalHandler(root))
 
 
-__all__ = ["WholeFileLocalHandler", "remove_partials", "tune_storage"]
+__all__ = ["WholeFileLocalHandler", "refuse_linked_directories", "remove_partials", "tune_storage"]

@@ -126,7 +126,7 @@ def build_tuner(
             trainable,
             resume_unfinished=True,
             resume_errored=True,
-            storage_filesystem=tune_storage(),
+            storage_filesystem=tune_storage(out),
         )
     search_alg, param_space, num_samples = searcher(config, out, concurrency)
     budget = config.search.time_budget_seconds()
@@ -152,7 +152,7 @@ def build_tuner(
         run_config=tune.RunConfig(
             name=RunFile.TUNE_DIR,
             storage_path=str(out),
-            storage_filesystem=tune_storage(),  # whole files only: a kill never leaves a part of Tune's state
+            storage_filesystem=tune_storage(out),  # whole files only: a kill never leaves a part of Tune's state
             failure_config=tune.FailureConfig(max_failures=config.search.max_failures),
             stop=deadline,
             # every mode checkpoints through Tune every epoch (a group's chief writes the files)

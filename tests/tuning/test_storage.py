@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from distmis.tuning import remove_partials, tune_storage
 WRITER = """
 import os, signal, sys
 from distmis.tuning import tune_storage
-fs = tune_storage()
+fs = tune_storage(os.path.dirname(sys.argv[1]))
 stream = fs.open_output_stream(sys.argv[1])
 stream.write(b"new state, " * 100_000)
 stream.flush()
@@ -78,7 +79,7 @@ def test_tune_copies_a_directory_through_it_whole_and_sends_it_to_trials(tmp_pat
     files = {f"sub/f{i}.bin": bytes(range(256)) * (4096 + i) for i in range(3)}
     for name, data in files.items():
         (source / name).write_bytes(data)
-    storage = pickle.loads(pickle.dumps(tune_storage()))  # as Ray sends it to each trial process
+    storage = pickle.loads(pickle.dumps(tune_storage(tmp_path)))  # as Ray sends it to each trial process
     pafs.copy_files(str(source), str(tmp_path / "out"), destination_filesystem=storage)
     assert {n: (tmp_path / "out" / n).read_bytes() for n in files} == files
     assert sorted(p.name for p in (tmp_path / "out" / "sub").iterdir()) == sorted(Path(n).name for n in files)
@@ -90,7 +91,7 @@ def test_a_write_that_meets_a_full_disk_reports_it_and_leaves_the_old_file(tmp_p
     with small_disk(tmp_path / "disk", "64k") as disk:
         state = disk / "experiment_state-2026.json"
         state.write_bytes(b"old state")
-        with pytest.raises(OSError) as failed, tune_storage().open_output_stream(str(state)) as stream:
+        with pytest.raises(OSError) as failed, tune_storage(disk).open_output_stream(str(state)) as stream:
             stream.write(b"new state, " * 20_000)
         # the disk's error, not one from the clean-up after it (the close that follows the failed write)
         assert failed.value.errno == errno.ENOSPC, failed.value
@@ -106,7 +107,7 @@ def test_a_file_that_already_holds_the_same_bytes_is_left_alone_and_a_link_is_st
     (source / "result.json").write_bytes(b'{"epoch": 1}\n')
     (source / "progress.csv").write_bytes(b"epoch\n1\n")
     out.mkdir()
-    storage = tune_storage()
+    storage = tune_storage(out)
     pafs.copy_files(str(source), str(out), destination_filesystem=storage)
     before = {p.name: p.stat().st_ino for p in out.iterdir()}
     (source / "progress.csv").write_bytes(b"epoch\n1\n2\n")
@@ -127,3 +128,41 @@ def test_a_file_that_already_holds_the_same_bytes_is_left_alone_and_a_link_is_st
         stream.write(b'{"epoch": 1}\n')  # what the copy writes for that file
     assert (out / "result.json").is_symlink() and precious.read_bytes() == b'{"epoch": 1}\n'
     assert sorted(p.name for p in out.iterdir()) == ["progress.csv", "result.json"]
+
+
+def test_a_directory_link_planted_below_the_storage_root_during_a_search_is_never_written_through(
+    tmp_path: Path,
+) -> None:
+    """A link planted while a search runs (a trial's directory pointing at a folder of scans) would
+    take every later write, new directory and checkpoint removal below it into its target: each is
+    refused naming the link, in the driver and in a trial process alike, and the target is as it was."""
+    out, precious = tmp_path / "out", tmp_path / "scans"
+    (out / "tune" / "trial_0" / "checkpoint_000000").mkdir(parents=True)
+    (precious / "checkpoint_000000").mkdir(parents=True)
+    (precious / "checkpoint_000000" / "scan.nii.gz").write_bytes(b"a scan")
+    (precious / "result.json").write_bytes(b"theirs")
+    before = {p: p.read_bytes() for p in precious.rglob("*") if p.is_file()}
+    shutil.rmtree(out / "tune" / "trial_0")
+    (out / "tune" / "trial_0").symlink_to(precious, target_is_directory=True)
+    trial = out / "tune" / "trial_0"
+    for storage in (tune_storage(out), pickle.loads(pickle.dumps(tune_storage(out)))):
+        attempts: list[tuple[str, tuple[str, ...]]] = [
+            ("open_output_stream", (str(trial / "result.json"),)),
+            ("open_append_stream", (str(trial / "progress.csv"),)),
+            ("create_dir", (str(trial / "checkpoint_000001"),)),
+            ("delete_dir", (str(trial / "checkpoint_000000"),)),
+            ("delete_dir_contents", (str(trial),)),
+            ("delete_file", (str(trial / "result.json"),)),
+            ("move", (str(out / "tune" / "x"), str(trial / "x"))),
+        ]
+        for method, args in attempts:
+            with pytest.raises(OutputError, match=r"tune/trial_0: a symbolic link .*never writes through a link"):
+                done = getattr(storage, method)(*args)
+                if hasattr(done, "close"):
+                    done.close()
+    assert {p: p.read_bytes() for p in precious.rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in precious.iterdir()) == ["checkpoint_000000", "result.json"]
+    # beside the link, and above the root, the storage works as before
+    with tune_storage(out).open_output_stream(str(out / "tune" / "experiment_state-x.json")) as stream:
+        stream.write(b"{}")
+    assert (out / "tune" / "experiment_state-x.json").read_bytes() == b"{}"
