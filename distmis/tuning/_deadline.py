@@ -9,14 +9,16 @@ far are kept, and the best of them is the search's best) and starts no new one.
 
 from __future__ import annotations
 
-import json
-import math
+import os
 import time
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
 from ray.tune import Stopper
 
+from distmis.documents import load_json_document
+from distmis.exceptions import TuningError
 from distmis.files import write_json_atomic
 from distmis.schema import RunFile
 
@@ -24,16 +26,32 @@ from distmis.schema import RunFile
 WRITE_EVERY_SECONDS = 5.0
 
 
+class TimeSpent(BaseModel):
+    """``time_spent.json``: the seconds the search's earlier runs spent, against its budget."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    seconds: float = Field(ge=0, allow_inf_nan=False)
+    budget_seconds: float = Field(gt=0)
+
+
 def time_spent(out: Path) -> float:
-    """The seconds a search in ``out`` has spent in its earlier runs (0 for a new one)."""
+    """The seconds a search in ``out`` has spent in its earlier runs (0 for a new one).
+
+    Raises:
+        TuningError: the record is there but damaged or edited: read as 0, a resumed search would be
+            given its whole budget again, so it is refused naming the file instead.
+    """
     path = out / RunFile.TIME_SPENT
+    if not os.path.lexists(path):
+        return 0.0
+    remedy = "remove it to give the resumed search its whole search.time_budget again"
     if path.is_symlink() or not path.is_file():
-        return 0.0
+        raise TuningError(f"{path}: not a regular file; distmis keeps the search's spent seconds there: {remedy}")
     try:
-        value = float(json.loads(path.read_text())["seconds"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return 0.0
-    return value if math.isfinite(value) and value >= 0 else 0.0
+        return load_json_document(TimeSpent, path, error=TuningError, what="the seconds the search has spent").seconds
+    except TuningError as exc:
+        raise TuningError(f"{exc}; {remedy}") from None
 
 
 class SearchDeadline(Stopper):
@@ -73,10 +91,8 @@ class SearchDeadline(Stopper):
 
     def record(self) -> None:
         """Write the seconds spent so far (the command also calls it at its end)."""
-        write_json_atomic(
-            self.out / RunFile.TIME_SPENT,
-            {"seconds": round(self.spent(), 3), "budget_seconds": self.budget_seconds},
-        )
+        record = TimeSpent(seconds=round(self.spent(), 3), budget_seconds=self.budget_seconds)
+        write_json_atomic(self.out / RunFile.TIME_SPENT, record.model_dump())
         self.last_write = time.monotonic()
 
     def __getstate__(self) -> dict[str, Any]:

@@ -45,6 +45,7 @@ from distmis.schema import RunFile
 from distmis.search_summary import SearchSummary
 from distmis.tensorflow_env import apply_tensorflow_env, tensorflow_env
 from distmis.tracking import SearchTracker
+from distmis.tuning._deadline import time_spent
 from distmis.tuning._interrupt import STOP_REQUESTED
 from distmis.tuning._phases import (
     Timings,
@@ -120,6 +121,7 @@ def check_search(
         check_resume_config(out_dir, config, given, tracking_uri)
         check_tune_state(out_dir / RunFile.TUNE_DIR, command="the search")
         check_search_state(out_dir, journal=RunFile.JOURNAL, tune_dir=RunFile.TUNE_DIR, command="the search")
+        time_spent(out_dir)  # the budget already spent: a damaged record is refused before anything starts
     return SearchPlan(config, out_dir, base_dir, given, resume)
 
 

@@ -141,6 +141,24 @@ def test_a_search_summary_cut_short_or_edited_is_refused_naming_its_field(
         curves_of_search(run)
 
 
+@pytest.mark.parametrize(
+    ("case_id", "text", "token"),
+    [
+        ("time_spent_torn", '{"seconds": 12', "time_spent.json: not valid JSON"),
+        ("time_spent_negative", '{"seconds": -5, "budget_seconds": 60}', "time_spent.json: seconds: "),
+        ("time_spent_text", '{"seconds": "lots", "budget_seconds": 60}', "time_spent.json: seconds: "),
+    ],
+)
+def test_a_damaged_record_of_the_time_a_search_spent_is_refused_on_resume(
+    assets: Assets, tmp_path: Path, case_id: str, text: str, token: str
+) -> None:
+    """Read as 0 s, a damaged record would give a resumed search its whole time budget again."""
+    ws = Workspace(tmp_path, assets)
+    space, run = _search(ws)
+    (run / "time_spent.json").write_text(text)
+    check_case(case_id, "state", ws, ["tune", str(space), "--out", "run", "--resume"], token)
+
+
 def test_a_torn_last_journal_record_is_dropped_and_kept_and_the_study_goes_on(tmp_path: Path) -> None:
     from distmis.tuning import mend_journal
 

@@ -29,7 +29,7 @@ def test_a_resumed_search_counts_the_time_already_spent(tmp_path: Path) -> None:
 
 
 def test_a_spent_budget_stops_a_resumed_search_at_once(tmp_path: Path) -> None:
-    (tmp_path / RunFile.TIME_SPENT).write_text(json.dumps({"seconds": 1800.5}))
+    (tmp_path / RunFile.TIME_SPENT).write_text(json.dumps({"seconds": 1800.5, "budget_seconds": 1800.0}))
     assert SearchDeadline(1800.0, tmp_path, started=time.time()).stop_all()
 
 
