@@ -239,16 +239,20 @@ def _checked_splits(run: Path, prepared: Path) -> CaseSplits:
 
 
 def _splits_of_trial_models(run: Path) -> tuple[CaseSplits | None, str]:
-    """The splits a trial's model trained on (its ``best/preprocessing.json``), the first that has them."""
-    import json
+    """The splits a trial's model trained on (its ``best/preprocessing.json``), the first that has them
+    (a record that cannot be read is passed over: the next trial's may)."""
+    from distmis.data import ModelPreprocessing
+    from distmis.documents import load_json_document
 
     for record in sorted((run / RunFile.TRIALS_DIR).glob(f"*/{RunFile.BEST_MODEL_DIR}/{RunFile.PREPROCESSING}")):
-        try:
-            splits = json.loads(record.read_text()).get("splits")
-        except (OSError, ValueError, AttributeError):
+        if record.is_symlink() or not record.is_file():
             continue
-        if isinstance(splits, dict):
-            return CaseSplits.model_validate(splits), f"the trial model {record.parent}"
+        try:
+            splits = load_json_document(ModelPreprocessing, record, error=TuningError, what="a model's record").splits
+        except TuningError:
+            continue
+        if splits is not None:
+            return splits, f"the trial model {record.parent}"
     return None, ""
 
 

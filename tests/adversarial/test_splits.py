@@ -12,6 +12,8 @@ import pytest
 from _support.searchfiles import write_summary
 from conftest import Assets, Workspace, check_case, run_distmis
 
+from distmis.data import ModelPreprocessing, load_manifest
+
 pytestmark = pytest.mark.slow
 
 SPACE = "  lr: {loguniform: [1.0e-3, 1.0e-2]}\n"
@@ -101,11 +103,12 @@ def test_finalize_without_splits_json_checks_the_trial_models_splits(assets: Ass
     ws = Workspace(tmp_path, assets)
     prepared = ws.prepared()
     _space, run = _search(ws, prepared)
-    recorded = json.loads((run / "splits.json").read_text())
     (run / "splits.json").unlink()
     model = run / "trials" / "t0" / "best"
     model.mkdir(parents=True)
-    (model / "preprocessing.json").write_text(json.dumps({"splits": recorded}))
+    # the record training writes for a model of this data, as the data was split then
+    record = ModelPreprocessing.of_prepared(load_manifest(prepared).info)
+    (model / "preprocessing.json").write_text(record.model_dump_json())
     _moved_seed(ws, prepared)
     check_case("finalize_no_splits_json", "splits", ws, ["finalize", "run"], "are not those of the trial model")
 
