@@ -33,6 +33,7 @@ import yaml
 
 from distmis.compare._analysis import BASELINE, ModeStats, analyse, same_configurations
 from distmis.compare._plan import MODES, ModePlan, fixed_points, mode_config, plan_modes
+from distmis.compare._plan_record import CompareRecord, CompareTracking, ModePlanRecord, read_compare_record
 from distmis.compare._records import ModeRecord, load_mode_dir
 from distmis.compare._report import make_plots, write_reports
 from distmis.config import ExperimentConfig, load_config
@@ -178,7 +179,7 @@ class ComparePlan:
     target: float | None
     lr_scaling: str
     resume: bool
-    recorded: dict[str, Any] = field(default_factory=dict)  # compare.json of a resumed comparison
+    recorded: CompareRecord | None = None  # compare.json of a resumed comparison
 
     @property
     def base_dir(self) -> Path:
@@ -207,30 +208,31 @@ class ComparePlan:
             base_dir=self.base_dir,
         )
 
-    def as_json(self, mlflow: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "name": self.config.name,
-            "space_file": str(self.space_file.resolve()),
-            "modes": self.modes,
-            "slots": self.slots,
-            "cpus_per_worker": self.cpus,
-            "gpus_per_worker": self.gpus,
-            "hybrid_workers": self.hybrid_workers,
-            "baseline_trials": self.baseline_trials,
-            "target": self.target,
-            "points": self.points,
-            "lr_scaling": self.lr_scaling,
-            "plans": [
-                {
-                    "name": p.name,
-                    "trials_at_once": p.concurrent_trials,
-                    "workers_per_trial": p.workers_per_trial,
-                    "configurations": len(p.points),
-                }
+    def as_json(self, mlflow: CompareTracking) -> dict[str, Any]:
+        """``compare.json`` (:class:`CompareRecord`)."""
+        return CompareRecord(
+            name=self.config.name,
+            space_file=str(self.space_file.resolve()),
+            modes=self.modes,
+            slots=self.slots,
+            cpus_per_worker=self.cpus,
+            gpus_per_worker=self.gpus,
+            hybrid_workers=self.hybrid_workers,
+            baseline_trials=self.baseline_trials,
+            target=self.target,
+            points=self.points,
+            lr_scaling=self.lr_scaling,
+            plans=[
+                ModePlanRecord(
+                    name=p.name,
+                    trials_at_once=p.concurrent_trials,
+                    workers_per_trial=p.workers_per_trial,
+                    configurations=len(p.points),
+                )
                 for p in self.mode_plans
             ],
-            "mlflow": mlflow,
-        }
+            mlflow=mlflow,
+        ).model_dump()
 
 
 def plan_comparison(
@@ -272,14 +274,14 @@ def plan_comparison(
         check_location(
             out_dir, what="comparison", resume_command=f"distmis compare {space_file} --out <original> --resume"
         )
-        d = read_recorded(plan_path, what="comparison")
+        d = read_compare_record(plan_path, read_recorded(plan_path, what="comparison"))
         _check_resumed_options(plan_path, d, modes=modes, budget=budget, slots=slots, cpus_per_worker=cpus_per_worker,
                                gpus_per_worker=gpus_per_worker, hybrid_workers=hybrid_workers,
                                baseline_trials=baseline_trials, lr_scaling=lr_scaling)  # fmt: skip
         return ComparePlan(
-            config, space_file, out_dir, d["modes"], d["points"], d["slots"], d["cpus_per_worker"],
-            d["gpus_per_worker"], d["hybrid_workers"], d["baseline_trials"], d["target"] if target is None else target,
-            d.get("lr_scaling", "none"), resume=True, recorded=d,
+            config, space_file, out_dir, d.modes, d.points, d.slots, d.cpus_per_worker, d.gpus_per_worker,
+            d.hybrid_workers, d.baseline_trials, d.target if target is None else target, d.lr_scaling, resume=True,
+            recorded=d,
         )  # fmt: skip
     cpus = cpus_per_worker if cpus_per_worker is not None else config.parallelism.cpus_per_worker
     gpus = gpus_per_worker if gpus_per_worker is not None else config.parallelism.gpus_per_worker
@@ -299,19 +301,19 @@ _OPTIONS = {"modes": "--modes", "budget": "--budget", "slots": "--slots", "cpus_
             "baseline_trials": "--baseline-trials", "lr_scaling": "--lr-scaling"}  # fmt: skip
 
 
-def _check_resumed_options(plan_path: Path, recorded: dict[str, Any], **given: Any) -> None:
+def _check_resumed_options(plan_path: Path, recorded: CompareRecord, **given: Any) -> None:
     """Refuse options given with ``--resume`` that differ from ``compare.json``: the modes already run
     were run for the recorded ones. ``--target`` only changes the report, and may."""
-    hybrid = next((p["workers_per_trial"] for p in recorded.get("plans", []) if p["name"] == "hybrid"), None)
+    hybrid = next((p.workers_per_trial for p in recorded.plans if p.name == "hybrid"), None)
     chosen = {
-        "modes": recorded["modes"],
-        "budget": len(recorded["points"]),
-        "slots": recorded["slots"],
-        "cpus_per_worker": recorded["cpus_per_worker"],
-        "gpus_per_worker": recorded["gpus_per_worker"],
-        "hybrid_workers": recorded["hybrid_workers"] if recorded["hybrid_workers"] is not None else hybrid,
-        "baseline_trials": recorded["baseline_trials"],
-        "lr_scaling": recorded.get("lr_scaling", "none"),
+        "modes": recorded.modes,
+        "budget": len(recorded.points),
+        "slots": recorded.slots,
+        "cpus_per_worker": recorded.cpus_per_worker,
+        "gpus_per_worker": recorded.gpus_per_worker,
+        "hybrid_workers": recorded.hybrid_workers if recorded.hybrid_workers is not None else hybrid,
+        "baseline_trials": recorded.baseline_trials,
+        "lr_scaling": recorded.lr_scaling,
     }
 
     def spell(key: str, value: Any) -> str:
@@ -342,13 +344,13 @@ def _start(plan: ComparePlan, tracking_uri: str | None) -> tuple[_CompareTrackin
     """Open (or reattach to) the comparison's MLflow run and write the plan (``compare.json``)."""
     from distmis.tracking import reattach_uri, resolve_tracking_uri
 
-    config, recorded = plan.config, plan.recorded.get("mlflow", {})
+    config, recorded = plan.config, plan.recorded.mlflow if plan.recorded is not None else None
     uri = (
-        reattach_uri(recorded["tracking_uri"], tracking_uri, config.tracking.uri, plan.out)
-        if recorded.get("tracking_uri")
+        reattach_uri(recorded.tracking_uri, tracking_uri, config.tracking.uri, plan.out)
+        if recorded is not None and recorded.tracking_uri
         else resolve_tracking_uri(tracking_uri, config.tracking.uri, plan.out)
     )
-    experiment = recorded.get("experiment") or f"{config.tracking.experiment or config.name}-compare"
+    experiment = (recorded.experiment if recorded else "") or f"{config.tracking.experiment or config.name}-compare"
     tracking = _CompareTracking(uri, experiment, plan.out)
     hybrid = next((p.workers_per_trial for p in plan.mode_plans if p.name == "hybrid"), "")
     run_id = tracking.start(  # fails fast, before anything runs
@@ -365,9 +367,9 @@ def _start(plan: ComparePlan, tracking_uri: str | None) -> tuple[_CompareTrackin
             "space_file": str(plan.space_file.resolve()),
             "lr_scaling": plan.lr_scaling,
         },
-        recorded.get("run_id"),
+        recorded.run_id if recorded is not None else None,
     )
-    mlflow = {"tracking_uri": redact_uri(uri), "experiment": experiment, "run_id": run_id}
+    mlflow = CompareTracking(tracking_uri=redact_uri(uri), experiment=experiment, run_id=run_id)
     write_json_atomic(plan.out / PLAN_FILE, plan.as_json(mlflow))
     print(
         f"distmis compare '{config.name}' -> {plan.out}: {len(plan.points)} configurations, {plan.slots} worker "

@@ -204,6 +204,17 @@ def test_existing_comparison_is_refused_and_resume_reuses_finished_modes(
         assert error.startswith("distmis: error:") and str(damaged) in error and "Traceback" not in error, error
         assert damaged.read_text() == text
     damaged.write_bytes(kept)
+    # its plan edited by hand: one error naming the file and the field, before anything runs
+    plan_file = comparison / "compare.json"
+    whole = plan_file.read_bytes()
+    for edit, field in ((lambda d: {**d, "slots": "four"}, "slots"), (lambda d: {**d, "mlflow": {}}, "mlflow.")):
+        plan_file.write_text(json.dumps(edit(json.loads(whole))))
+        edited = plan_file.read_bytes()
+        assert main(["compare", str(space), "--resume", "--out", str(comparison)]) == 2
+        error = capsys.readouterr().err
+        assert error.startswith("distmis: error:") and f"compare.json: {field}" in error, error
+        assert "Traceback" not in error and plan_file.read_bytes() == edited
+    plan_file.write_bytes(whole)
     before = {m: (comparison / m / "summary.json").stat().st_mtime for m in MODES}
     assert main(["compare", str(space), "--resume", "--out", str(comparison)]) == 0
     out = capsys.readouterr().out
