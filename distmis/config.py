@@ -628,7 +628,8 @@ def load_config(path: str | os.PathLike[str], *, require_space: bool = False) ->
     """
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"{p}: no such configuration file")
+        found = "not a regular file (a directory, a FIFO or a device)" if p.exists() else "no such configuration file"
+        raise ConfigError(f"{p}: {found}")
     try:
         text = p.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:

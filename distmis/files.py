@@ -34,7 +34,15 @@ from pathlib import Path
 from typing import Any
 
 from distmis.exceptions import DistmisError, OutputError
-from distmis.links import NOFOLLOW, ensure_directory, link_error, open_nofollow, refuse_link, refuse_links_within
+from distmis.links import (
+    NOFOLLOW,
+    ensure_directory,
+    link_error,
+    open_nofollow,
+    read_regular_text,
+    refuse_link,
+    refuse_links_within,
+)
 from distmis.locks import LOCK_FILE, output_lock, sibling_lock
 
 MARKER = ".distmis-output"
@@ -47,8 +55,8 @@ _AT_FDCWD = -100
 def marker_info(directory: Path) -> dict[str, Any] | None:
     """What the marker of ``directory`` says (``None``: not a distmis output directory)."""
     path = Path(directory) / MARKER
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+    try:  # a link is another directory's marker, and a FIFO would block: neither marks this one
+        data = json.loads(read_regular_text(path))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) and str(data.get("written_by", "")).startswith(SIGNATURE) else None

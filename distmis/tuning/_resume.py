@@ -19,13 +19,14 @@ file it cannot read, logs "Failed to restore the run state" and starts the exper
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from distmis.config import ExperimentConfig
 from distmis.exceptions import TuningError
-from distmis.files import marker_info
+from distmis.files import MARKER, marker_info
 from distmis.schema import RunFile
 
 #: what a resume may change, and why it is safe
@@ -46,6 +47,11 @@ def check_resume_target(out: Path, space_file: Path | None) -> None:
             f"distmis compare <file> --out {out.parent} --resume"
         )
     info = marker_info(out) if out.is_dir() else None
+    if info is None and os.path.lexists(out / MARKER):
+        raise TuningError(
+            f"{out / MARKER}: not the marker distmis writes (a link, a FIFO or a damaged file), so who wrote {out} "
+            "is unknown; nothing is resumed there"
+        )
     written_by = str((info or {}).get("written_by", ""))
     if written_by.startswith("distmis finalize"):
         raise TuningError(
@@ -57,9 +63,10 @@ def check_resume_target(out: Path, space_file: Path | None) -> None:
 
 #: Ray Tune's state files in ``tune/`` (``<kind>-<session>``): a resume loads the newest of each
 #: kind by name. ``experiment_state`` is JSON; the others are pickles, whatever their suffix.
+TUNER_STATE = "tuner.pkl"
 TUNE_STATE_FILES = (
     "experiment_state-*.json",
-    "tuner.pkl",
+    TUNER_STATE,
     "basic-variant-state-*.json",
     "search_gen_state-*.json",
     "searcher-state-*.pkl",
@@ -135,6 +142,11 @@ def check_search_state(out: Path, *, journal: str, tune_dir: str, command: str) 
         )
     if journal_path.is_file():
         _journal_records(journal_path, again)
+    if tune_state.is_dir() and not (tune_state / TUNER_STATE).is_file():
+        raise TuningError(
+            f"{tune_state / TUNER_STATE}: missing (Ray Tune writes it when the search starts, and cannot restore the "
+            f"search without it); {again}"
+        )
 
 
 def _journal_records(path: Path, again: str) -> tuple[list[bytes], bytes]:

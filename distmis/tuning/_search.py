@@ -119,9 +119,9 @@ def check_search(
             out_dir, what="search", resume_command=f"distmis tune {given or '<file>'} --out <original> --resume"
         )
         check_resume_config(out_dir, config, given, tracking_uri)
+        time_spent(out_dir)  # the budget already spent: a damaged record is refused before anything starts
         check_tune_state(out_dir / RunFile.TUNE_DIR, command="the search")
         check_search_state(out_dir, journal=RunFile.JOURNAL, tune_dir=RunFile.TUNE_DIR, command="the search")
-        time_spent(out_dir)  # the budget already spent: a damaged record is refused before anything starts
     return SearchPlan(config, out_dir, base_dir, given, resume)
 
 

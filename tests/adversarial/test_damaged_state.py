@@ -4,6 +4,7 @@ MLflow start, and every file byte-identical; a journal whose last record was cut
 from __future__ import annotations
 
 import json
+import os
 import pickle
 from collections.abc import Callable
 from pathlib import Path
@@ -41,6 +42,7 @@ def _search(ws: Workspace, *, journal: bool = True, tune: bool = True) -> tuple[
     if tune:
         (run / "tune").mkdir()
         (run / "tune" / "searcher-state-2026-11-01_10-00-00.pkl").write_bytes(pickle.dumps({"numbers": {}}))
+        (run / "tune" / "tuner.pkl").write_bytes(pickle.dumps({}))
     return space, run
 
 
@@ -66,6 +68,16 @@ def test_a_deleted_tune_state(assets: Assets, tmp_path: Path) -> None:
     space, _run = _search(ws, tune=False)
     argv = ["tune", str(space), "--out", "run", "--resume"]
     check_case("tune_state_deleted", "state", ws, argv, "run/tune: missing")
+
+
+def test_a_deleted_tuner_state(assets: Assets, tmp_path: Path) -> None:
+    """Without ``tune/tuner.pkl`` Ray Tune cannot restore a search: one error before Ray starts, not
+    Tune's FileNotFoundError traceback after it."""
+    ws = Workspace(tmp_path, assets)
+    space, run = _search(ws)
+    (run / "tune" / "tuner.pkl").unlink()
+    argv = ["tune", str(space), "--out", "run", "--resume"]
+    check_case("tuner_state_deleted", "state", ws, argv, "run/tune/tuner.pkl: missing")
 
 
 def test_a_finalize_plan_cut_short(assets: Assets, tmp_path: Path) -> None:
@@ -157,6 +169,30 @@ def test_a_damaged_record_of_the_time_a_search_spent_is_refused_on_resume(
     space, run = _search(ws)
     (run / "time_spent.json").write_text(text)
     check_case(case_id, "state", ws, ["tune", str(space), "--out", "run", "--resume"], token)
+
+
+@pytest.mark.parametrize(
+    ("case_id", "planted", "argv", "token"),
+    [
+        ("fifo_marker_finalize", "run/.distmis-output", ["finalize", "run"], "a run directory without results"),
+        ("fifo_marker_resume", "run/.distmis-output", ["tune", "space.yaml", "--out", "run", "--resume"],
+         "run/.distmis-output: not the marker distmis writes"),
+        ("fifo_summary", "run/summary.json", ["simulate", "space.yaml", "--workers", "2", "--curves", "run"],
+         "summary.json: cannot read (not a regular file)"),
+        ("fifo_config", "other.yaml", ["validate", "other.yaml"], "other.yaml: not a regular file"),
+    ],
+)  # fmt: skip
+def test_a_fifo_in_place_of_a_record_is_refused_instead_of_blocking(
+    assets: Assets, tmp_path: Path, case_id: str, planted: str, argv: list[str], token: str
+) -> None:
+    """A FIFO where a command reads a record (an output's marker, a search's summary, a configuration)
+    would block it forever before its first line: each is one error, at once."""
+    ws = Workspace(tmp_path, assets)
+    space, run = _search(ws)
+    assert space == ws.dir / "space.yaml", space
+    (ws.dir / planted).unlink(missing_ok=True)
+    os.mkfifo(ws.dir / planted)
+    check_case(case_id, "state", ws, argv, token)
 
 
 def test_a_torn_last_journal_record_is_dropped_and_kept_and_the_study_goes_on(tmp_path: Path) -> None:

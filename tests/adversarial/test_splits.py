@@ -51,6 +51,7 @@ def _search(ws: Workspace, prepared: Path) -> tuple[Path, Path]:
     (run / "optuna.journal").write_text("")
     (run / "tune").mkdir()
     (run / "tune" / "searcher-state-2026-11-01_10-00-00.pkl").write_bytes(pickle.dumps({}))
+    (run / "tune" / "tuner.pkl").write_bytes(pickle.dumps({}))
     splits = json.loads((prepared / "info.json").read_text())["splits"]
     (run / "splits.json").write_text(json.dumps({k: v["cases"] for k, v in splits.items()}))
     (run / "results.csv").write_text("trial_id,status\n")
