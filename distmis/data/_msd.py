@@ -123,7 +123,8 @@ def read_dataset_json(root: str | Path, *, require_files: bool = True) -> MsdDat
     root = Path(root)
     path = root / "dataset.json"
     if not path.is_file():
-        raise DataError(f"{path}: missing; an MSD dataset directory must contain dataset.json")
+        found = "not a regular file" if path.exists() else "missing"
+        raise DataError(f"{path}: {found}; an MSD dataset directory must contain dataset.json")
     meta = load_json_document(_DatasetJson, path, error=DataError, what="an MSD dataset.json object")
     modality_keys = _int_keys(meta.modality, "modality", path)
     if sorted(modality_keys) != list(range(len(modality_keys))):
