@@ -2,8 +2,8 @@
 
 Reads every training case once (as `distmis inspect` does), then chooses the prepared shape, the
 patch and batch for the memory given, the label mode and loss, the normalisation, the recipe
-(nnU-Net's by default, its configuration the search's first point) and how the time budget is
-spent, each with a comment saying which rule gave it. With --budget, a few training steps of the
+(distmis's by default, nnU-Net's with --recipe nnunet; the recipe's own configuration is the
+search's first point) and how the time budget is spent, each with a comment saying which rule gave it. With --budget, a few training steps of the
 planned network are timed on this machine (or --step-seconds gives the time of one step on the
 machine the search will run on). Search the file with `distmis tune FILE`.
 """
