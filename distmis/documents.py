@@ -11,11 +11,8 @@ the file, the field and what was expected.
 
 from __future__ import annotations
 
-import errno
 import json
 import math
-import os
-import stat
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -23,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from distmis.exceptions import DistmisError
+from distmis.links import read_regular_text
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -61,29 +59,6 @@ def _depth(value: Any, limit: int) -> int:
     return deepest
 
 
-def read_regular_file(path: Path) -> str:
-    """The UTF-8 text of ``path`` (a link to it is followed), refusing anything but a regular file.
-
-    Why not ``Path.read_text``: a FIFO in a record's place (planted, or left by a tool) would block
-    the command forever before its first line of output; opened without blocking, it is refused.
-
-    Raises:
-        OSError: missing, unreadable, or not a regular file (``EINVAL``).
-        UnicodeDecodeError: not UTF-8.
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", str(path))
-        os.set_blocking(fd, True)
-        with os.fdopen(fd, encoding="utf-8") as fh:
-            fd = -1
-            return fh.read()
-    finally:
-        if fd >= 0:
-            os.close(fd)
-
-
 def read_json(path: str | Path, *, error: type[DistmisError], what: str = "JSON") -> Any:
     """Parse a JSON file strictly: UTF-8, no duplicate keys, nesting at most :data:`MAX_JSON_DEPTH`.
 
@@ -92,7 +67,7 @@ def read_json(path: str | Path, *, error: type[DistmisError], what: str = "JSON"
     """
     path = Path(path)
     try:
-        text = read_regular_file(path)
+        text = read_regular_text(path, follow_links=True)
     except FileNotFoundError:
         raise error(f"{path}: missing") from None
     except UnicodeDecodeError as exc:

@@ -97,16 +97,19 @@ def open_nofollow(path: str | os.PathLike[str], mode: str = "w", *, what: str = 
         raise
 
 
-def read_regular_text(path: str | os.PathLike[str]) -> str:
-    """The text of ``path`` when it is a regular file, not a link to one.
+def read_regular_text(path: str | os.PathLike[str], *, follow_links: bool = False) -> str:
+    """The UTF-8 text of ``path`` when it is a regular file (and, unless ``follow_links``, not a link to one).
 
-    For the files distmis keeps for itself in a cache (checksum stamps): a FIFO planted there would
-    block the reader forever, and a link could make it read another's file as its own.
+    A FIFO in a record's place would block the reader forever before its first line of output;
+    opened without blocking, it is refused. Without ``follow_links``, for the files distmis keeps
+    for itself (checksum stamps, an output's marker): a link could make it read another's file as
+    its own.
 
     Raises:
-        OSError: missing, a link (ELOOP), or not a regular file.
+        OSError: missing, a link (ELOOP) unless followed, or not a regular file (EINVAL).
+        UnicodeDecodeError: not UTF-8.
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | NOFOLLOW)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | (0 if follow_links else NOFOLLOW))
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))

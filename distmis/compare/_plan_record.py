@@ -7,13 +7,9 @@ a bare dictionary gave a ``KeyError`` traceback.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
-
-from distmis.documents import validate_document
-from distmis.exceptions import TuningError
 
 
 class _Record(BaseModel):
@@ -56,18 +52,4 @@ class CompareRecord(_Record):
     mlflow: CompareTracking
 
 
-def read_compare_record(path: Path, data: Any) -> CompareRecord:
-    """``compare.json``'s ``data`` (as :func:`distmis.tuning.read_recorded` read it) as its model.
-
-    Raises:
-        TuningError: naming the file and the field, and that the comparison cannot be resumed from it.
-    """
-    try:
-        return validate_document(CompareRecord, data, path, error=TuningError)
-    except TuningError as exc:
-        raise TuningError(
-            f"{exc}; the comparison cannot be resumed from it: start it again with another --out"
-        ) from None
-
-
-__all__ = ["CompareRecord", "CompareTracking", "ModePlanRecord", "read_compare_record"]
+__all__ = ["CompareRecord", "CompareTracking", "ModePlanRecord"]

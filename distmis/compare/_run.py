@@ -33,7 +33,7 @@ import yaml
 
 from distmis.compare._analysis import BASELINE, ModeStats, analyse, same_configurations
 from distmis.compare._plan import MODES, ModePlan, fixed_points, mode_config, plan_modes
-from distmis.compare._plan_record import CompareRecord, CompareTracking, ModePlanRecord, read_compare_record
+from distmis.compare._plan_record import CompareRecord, CompareTracking, ModePlanRecord
 from distmis.compare._records import ModeRecord, load_mode_dir
 from distmis.compare._report import make_plots, write_reports
 from distmis.config import ExperimentConfig, load_config
@@ -274,7 +274,7 @@ def plan_comparison(
         check_location(
             out_dir, what="comparison", resume_command=f"distmis compare {space_file} --out <original> --resume"
         )
-        d = read_compare_record(plan_path, read_recorded(plan_path, what="comparison"))
+        d = read_recorded(plan_path, what="comparison", model=CompareRecord)
         _check_resumed_options(plan_path, d, modes=modes, budget=budget, slots=slots, cpus_per_worker=cpus_per_worker,
                                gpus_per_worker=gpus_per_worker, hybrid_workers=hybrid_workers,
                                baseline_trials=baseline_trials, lr_scaling=lr_scaling)  # fmt: skip

@@ -29,7 +29,7 @@ from distmis.data import (
 )
 from distmis.exceptions import ConfigError, TuningError
 from distmis.files import check_location, marker_info
-from distmis.finalize._records import Candidate, FinalizeRecord, read_finalize_record, read_selection
+from distmis.finalize._records import Candidate, FinalizeRecord, read_selection
 from distmis.links import refuse_link
 from distmis.schema import RunFile
 from distmis.search_summary import SearchSummaryFile, read_search_summary
@@ -140,7 +140,7 @@ def plan_finalize(options: FinalizeOptions) -> FinalizePlan:
     if resume and not recorded.is_file():
         raise TuningError(f"{out_dir}: no finalize to resume here (no {PLAN_FILE}); run without --resume")
     if resume:
-        record = read_finalize_record(recorded, read_recorded(recorded, what="finalize"))
+        record = read_recorded(recorded, what="finalize", model=FinalizeRecord)
         if record.splits is not None:  # what the folds already trained were split from
             check_same_splits(record.splits, splits, recorded_in=str(recorded), data=prepared)
         chosen = {**{k: getattr(record, k) for k in DEFAULTS if k != "top"}, "top": len(record.candidates)}

@@ -14,8 +14,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from distmis.data import CaseSplits
-from distmis.documents import read_json, validate_document
-from distmis.exceptions import DistmisError, TuningError
+from distmis.documents import read_json
+from distmis.exceptions import DistmisError
 from distmis.schema import RunFile
 
 
@@ -80,18 +80,6 @@ class SelectionRecord(BaseModel):
     candidates: list[Candidate]
 
 
-def read_finalize_record(path: Path, data: Any) -> FinalizeRecord:
-    """``finalize.json``'s ``data`` (as :func:`distmis.tuning.read_recorded` read it) as its model.
-
-    Raises:
-        TuningError: naming the file and the field, and that the finalize cannot be resumed from it.
-    """
-    try:
-        return validate_document(FinalizeRecord, data, path, error=TuningError)
-    except TuningError as exc:
-        raise TuningError(f"{exc}; the finalize cannot be resumed from it: start it again with another --out") from None
-
-
 def read_selection(final: Path) -> SelectionRecord | None:
     """``final/selection.json``, or None where there is none or it is not one a finalize wrote (then the
     directory is treated as another's model: replaced only with ``--overwrite``)."""
@@ -109,6 +97,5 @@ __all__ = [
     "FinalizeRecord",
     "SelectionMember",
     "SelectionRecord",
-    "read_finalize_record",
     "read_selection",
 ]

@@ -22,12 +22,16 @@ import json
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
 
 from distmis.config import ExperimentConfig
 from distmis.exceptions import TuningError
 from distmis.files import MARKER, marker_info
 from distmis.schema import RunFile
+
+M = TypeVar("M", bound=BaseModel)
 
 #: what a resume may change, and why it is safe
 MAY_CHANGE = ("tracking.final_flush_seconds",)
@@ -262,25 +266,23 @@ __all__ = [
 ]
 
 
-def read_recorded(path: Path, *, what: str) -> dict[str, Any]:
+def read_recorded(path: Path, *, what: str, model: type[M]) -> M:
     """A plan or record a command wrote for its ``--resume`` (``finalize.json``, ``compare.json``),
-    read as damaged input: a kill or a full disk while it was written leaves it torn.
+    read through its ``model`` as damaged input: a kill or a full disk while it was written leaves it
+    torn, and a hand edit may leave it whole but wrong.
 
     Raises:
-        TuningError: naming the file, what is wrong and what to do.
+        TuningError: naming the file, the field or what is wrong, and what to do.
     """
-    from distmis.documents import read_json
+    from distmis.documents import load_json_document
 
     try:
-        data = read_json(path, error=TuningError, what=f"the {what}'s record")
-        if not isinstance(data, dict):
-            raise TuningError(f"{path}: expected a JSON object, found {type(data).__name__}")
+        return load_json_document(model, path, error=TuningError, what=f"the {what}'s record")
     except TuningError as exc:
         raise TuningError(
             f"{exc}; the {what} cannot be resumed from it (a kill or a full disk while it was written?): "
             "start it again with another --out"
         ) from None
-    return data
 
 
 def check_resumed_choices(
