@@ -2,7 +2,8 @@
 
 MSD Task01 (BraTS) labels are 1 edema, 2 non-enhancing tumour, 3 enhancing tumour, but results
 are reported per *region*: whole tumour WT = {1, 2, 3}, tumour core TC = {2, 3}, enhancing
-tumour ET = {3}. nnU-Net trains BraTS region-based (one sigmoid output per overlapping
+tumour ET = {3} (in the BraTS challenges' own numbering, 1 necrotic core, 2 edema, 4 enhancing:
+WT = {1, 2, 4}, TC = {1, 4}, ET = {4}). nnU-Net trains BraTS region-based (one sigmoid output per overlapping
 region) and every paper reports Dice and HD95 per region, which one merged mask cannot
 give. Three label modes:
 
@@ -30,7 +31,10 @@ if TYPE_CHECKING:
 
 #: the MSD Task01 / BraTS evaluation regions
 MSD_TASK01_REGIONS: dict[str, list[int]] = {"WT": [1, 2, 3], "TC": [2, 3], "ET": [3]}
-PRESETS = {"msd_task01": MSD_TASK01_REGIONS, "brats": MSD_TASK01_REGIONS}
+#: the same regions in the BraTS challenges' own numbering since 2017 (1 necrotic tumour core,
+#: 2 peritumoral edema, 4 enhancing tumour; no 3)
+BRATS21_REGIONS: dict[str, list[int]] = {"WT": [1, 2, 4], "TC": [1, 4], "ET": [4]}
+PRESETS = {"msd_task01": MSD_TASK01_REGIONS, "brats": MSD_TASK01_REGIONS, "brats21": BRATS21_REGIONS}
 
 
 def metric_suffix(name: str) -> str:

@@ -21,7 +21,8 @@ The rules:
   batch 2 (nnU-Net's); a third of the patches centred on foreground when a patch is smaller
   than the volume;
 - **labels**: one foreground label -> binary and Dice; several -> multi-class and Dice +
-  cross-entropy; BraTS's three nested tumour labels -> the regions WT, TC and ET;
+  cross-entropy; BraTS's three nested tumour labels (MSD's 1, 2, 3 or the challenges' 1, 2, 4) -> the
+  regions WT, TC and ET;
 - **split**: 70/15/15, or 80/10/10 below 20 labelled cases so that training keeps most of them
   (finalize's cross-validation then uses every case outside the test split, as nnU-Net's folds do);
 - **budget** (``--budget``): a trial is never planned shorter than one nnU-Net epoch (250 steps)
@@ -44,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from distmis.data._inspect import activation_bytes
+from distmis.labels import PRESETS
 from distmis.recipes import CPU_FILTERS, RECIPES, Recipe
 
 #: the first line of every file ``distmis init`` writes (what ``--overwrite`` may replace)
@@ -126,15 +128,26 @@ def conv_work(patch: list[int], *, depth: int, filters: int, max_filters: int | 
     return work
 
 
-def _is_brats(labels: dict[str, Any]) -> bool:
-    """Labels 1, 2, 3 named as BraTS's nested tumour sub-regions (MSD Task01 and its copies)."""
+def _brats_regions(labels: dict[str, Any]) -> str | None:
+    """The regions preset of BraTS's nested tumour labels, by their values and names: ``msd_task01``
+    for MSD Task01's 1 edema, 2 non-enhancing, 3 enhancing; ``brats21`` for the challenges' own 1
+    necrotic core, 2 edema, 4 enhancing; None for any other labels."""
     names = {v: str(row["name"]).lower() for v, row in labels.items()}
-    return (
+    if (
         set(names) == {"1", "2", "3"}
         and "edema" in names["1"]
         and any(w in names["2"] for w in ("non-enhancing", "necrotic", "core"))
         and "enhancing" in names["3"]
-    )
+    ):
+        return "msd_task01"
+    if (
+        set(names) == {"1", "2", "4"}
+        and any(w in names["1"] for w in ("necrotic", "ncr", "core"))
+        and any(w in names["2"] for w in ("edema", "oedema", "ed"))
+        and any(w in names["4"] for w in ("enhancing", "et"))
+    ):
+        return "brats21"
+    return None
 
 
 @dataclass(frozen=True)
@@ -145,7 +158,8 @@ class _Plan:
     modalities: list[str]
     foreground: list[str]
     binary: bool
-    brats: bool
+    #: the regions preset of BraTS's nested tumour labels (None: not BraTS)
+    brats: str | None
     resize: str
     median: list[int]
     depth: int
@@ -211,7 +225,7 @@ def _decide(fp: dict[str, Any], options: PlanOptions, modalities: list[str]) -> 
         modalities=modalities,
         foreground=foreground,
         binary=len(foreground) <= 1,
-        brats=_is_brats(fp["labels"]),
+        brats=_brats_regions(fp["labels"]),
         resize="resample" if any("inconsistent spacing" in w for w in fp["warnings"]) else "crop_pad",
         median=median,
         depth=depth,
@@ -336,6 +350,11 @@ def plan_search(
     return "\n".join(lines) + "\n"
 
 
+def _spelt_regions(preset: str) -> str:
+    """``WT = 1,2,3; TC = 2,3; ET = 3``: a regions preset as its label values."""
+    return "; ".join(f"{name} = {','.join(map(str, values))}" for name, values in PRESETS[preset].items())
+
+
 def _data_lines(plan: _Plan, source: str) -> list[str]:
     schemes = [plan.fp["normalization"][m] for m in plan.modalities]
     if plan.binary:
@@ -347,7 +366,7 @@ def _data_lines(plan: _Plan, source: str) -> list[str]:
     return [
         "data:",
         f"  source: {source}",
-        *(["  regions: msd_task01          # WT = 1,2,3; TC = 2,3; ET = 3"] if plan.brats else []),
+        *([f"  regions: {plan.brats}          # {_spelt_regions(plan.brats)}"] if plan.brats else []),
         "  prepare:",
         f"    shape: {plan.shape}            # the median case shape {plan.median}, rounded up to a multiple of "
         f"2^(depth-1) = {plan.divisor}",

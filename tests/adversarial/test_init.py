@@ -63,6 +63,20 @@ def test_brats_labels_plan_the_tumour_regions(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     plan = _plan(tmp_path, tmp_path / "brats")
     assert plan["data"]["regions"] == "msd_task01" and plan["data"]["prepare"]["label_mode"] == "regions"
+    # the BraTS challenges' own numbering: 1 necrotic core, 2 edema, 4 enhancing (no 3)
+    raw = tmp_path / "brats"
+    meta = json.loads((raw / "dataset.json").read_text())
+    meta["labels"] = {"0": "background", "1": "NCR (necrotic tumour core)", "2": "ED (peritumoral edema)",
+                      "4": "ET (GD-enhancing tumour)"}  # fmt: skip
+    (raw / "dataset.json").write_text(json.dumps(meta))
+    renumber = np.array([0, 2, 1, 4], dtype=np.uint8)  # MSD's 1 edema, 2 non-enhancing, 3 enhancing
+    for entry in meta["training"]:
+        path = raw / entry["label"]
+        image = nib.load(path)
+        nib.save(nib.Nifti1Image(renumber[np.asarray(image.dataobj).astype(np.intp)], image.affine), path)
+    plan = _plan(tmp_path, raw, "--overwrite")
+    assert plan["data"]["regions"] == "brats21" and plan["data"]["prepare"]["label_mode"] == "regions"
+    assert "# WT = 1,2,4; TC = 1,4; ET = 4" in (tmp_path / "plan.yaml").read_text()
 
 
 def test_init_never_replaces_a_file_it_did_not_write(assets: Assets, tmp_path: Path) -> None:
