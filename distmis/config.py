@@ -106,7 +106,8 @@ class DataConfig(_Section):
     cache_dir: str | None = None
     #: a cross-validation fold to train on instead of the prepared train/val split
     fold: FoldConfig | None = None
-    #: evaluation regions, e.g. ``{WT: [1, 2, 3], TC: [2, 3], ET: [3]}`` or the preset ``msd_task01``:
+    #: evaluation regions, e.g. ``{WT: [1, 2, 3], TC: [2, 3], ET: [3]}``, or the preset ``msd_task01`` (that one)
+    #: or ``brats21`` (labels 1, 2, 4):
     #: trained on with ``prepare.label_mode: regions``, reported per region in every label mode
     regions: dict[str, list[int]] | None = None
 

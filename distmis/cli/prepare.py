@@ -58,7 +58,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--regions",
         type=regions_option,
         default=None,
-        help="regions to train (--label-mode regions) or report: msd_task01 (WT, TC, ET) or 'WT=1,2,3;TC=2,3;ET=3'",
+        help="regions to train (--label-mode regions) or report: msd_task01 (WT, TC, ET), brats21 (the same on labels 1, 2, 4) or 'WT=1,2,3;TC=2,3;ET=3'",
     )
     p.add_argument(
         "--split", type=fractions3, default=None, help=f"train,val,test fractions (default {_default('split', ',')})"
