@@ -29,6 +29,7 @@ from pydantic import BaseModel
 from distmis.config import ExperimentConfig
 from distmis.exceptions import TuningError
 from distmis.files import MARKER, marker_info
+from distmis.links import link_error
 from distmis.schema import RunFile
 
 M = TypeVar("M", bound=BaseModel)
@@ -51,6 +52,8 @@ def check_resume_target(out: Path, space_file: Path | None) -> None:
             f"distmis compare <file> --out {out.parent} --resume"
         )
     info = marker_info(out) if out.is_dir() else None
+    if info is None and (out / MARKER).is_symlink():
+        raise link_error(out / MARKER, what="output marker")
     if info is None and os.path.lexists(out / MARKER):
         raise TuningError(
             f"{out / MARKER}: not the marker distmis writes (a link, a FIFO or a damaged file), so who wrote {out} "
@@ -146,7 +149,8 @@ def check_search_state(out: Path, *, journal: str, tune_dir: str, command: str) 
         )
     if journal_path.is_file():
         _journal_records(journal_path, again)
-    if tune_state.is_dir() and not (tune_state / TUNER_STATE).is_file():
+    # a link in tune/'s place is refused, naming it, when the search's directory is claimed
+    if tune_state.is_dir() and not tune_state.is_symlink() and not (tune_state / TUNER_STATE).is_file():
         raise TuningError(
             f"{tune_state / TUNER_STATE}: missing (Ray Tune writes it when the search starts, and cannot restore the "
             f"search without it); {again}"

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pickle
 import shutil
 import subprocess
 import sys
@@ -178,6 +179,7 @@ def fake_search(ws: Workspace, name: str, space_text: str, *, tune: bool = False
     (out / "optuna.journal").write_text("")
     if tune:
         (out / "tune").mkdir()
+        (out / "tune" / "tuner.pkl").write_bytes(pickle.dumps({}))  # what Ray Tune saves when a search starts
     return out
 
 
