@@ -195,7 +195,7 @@ class WholeFileLocalHandler(pafs.FileSystemHandler):
 
     def _checked(self, path: str, *, itself: bool = False) -> str:
         refuse_linked_directories(path, self._root)
-        if itself and self._root is not None and Path(path).is_symlink():
+        if itself and self._root is not None:
             refuse_link(path, what="search state (Ray Tune's storage)")
         return path
 
