@@ -521,6 +521,7 @@ def _open_work(work: Path, *, resume: bool, job: dict[str, Any], command: str) -
                 f"{work}: exists but holds no {WORK_JOB} written by distmis {command}; remove it or choose another OUT"
             ) from None
         if resume and recorded == job:
+            _drop_temporaries(work)
             return
         if resume:
             changed = sorted(k for k in set(job) | set(recorded or {}) if (recorded or {}).get(k) != job.get(k))
@@ -532,6 +533,19 @@ def _open_work(work: Path, *, resume: bool, job: dict[str, Any], command: str) -
     ensure_directory(work)
     with open_nofollow(work / WORK_JOB, "w") as fh:
         json.dump(job, fh)
+
+
+def _drop_temporaries(work: Path) -> None:
+    """Remove the temporary siblings a killed run left half-written in its work directory, so they
+    do not end up, hidden and possibly the size of a scan, in the finished output. The sibling lock
+    is held, so no other run is writing them."""
+    for root, dirs, files in os.walk(work, followlinks=False):
+        for name in [d for d in dirs if is_temporary(d)]:
+            shutil.rmtree(Path(root) / name, ignore_errors=True)
+            dirs.remove(name)
+        for name in files:
+            if is_temporary(name):
+                (Path(root) / name).unlink(missing_ok=True)
 
 
 _READERS_HINT = (

@@ -22,6 +22,8 @@ import numpy as np
 import pytest
 from conftest import Assets, Workspace, check_case, run_distmis, write_msd
 
+from distmis.files import TEMPORARY_PREFIX, is_temporary
+
 pytestmark = pytest.mark.slow
 
 
@@ -118,7 +120,10 @@ def _rewrite_checksum(prepared: Path, case: str, kind: str) -> None:
 
 
 def _done_cases(partial: Path) -> list[Path]:
-    return sorted((partial / "cases").glob("*.done.json")) if (partial / "cases").is_dir() else []
+    """The cases prepare has finished; a ``.done.json`` still being written is a hidden temporary sibling."""
+    if not (partial / "cases").is_dir():
+        return []
+    return sorted(p for p in (partial / "cases").glob("*.done.json") if not is_temporary(p.name))
 
 
 def test_a_killed_prepare_resumes_without_redoing_its_finished_cases(tmp_path: Path) -> None:
@@ -140,6 +145,8 @@ def test_a_killed_prepare_resumes_without_redoing_its_finished_cases(tmp_path: P
     kept = {p.name: p.stat().st_mtime_ns for p in (partial / "cases").glob("*.image.b2nd")}
     finished = [p.name.removesuffix(".done.json") for p in _done_cases(partial)]
     assert finished, "no case had finished when prepare was killed"
+    # what a kill in the middle of a write leaves: a half-written temporary sibling
+    (partial / "cases" / f"{TEMPORARY_PREFIX}0123456789ab.image.b2nd").write_bytes(b"half a scan")
     # a label fixed in the source after the kill: that case is made again, the others are kept
     changed = finished[0]
     label = raw / "labelsTr" / f"{changed}.nii.gz"
@@ -150,6 +157,7 @@ def test_a_killed_prepare_resumes_without_redoing_its_finished_cases(tmp_path: P
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert not partial.exists()
     out = tmp_path / "out"
+    assert not [p for p in out.rglob("*") if is_temporary(p.name)], "a killed run's temporaries reached the output"
     for case in finished[1:]:  # the cases it had finished were kept, not written again
         name = f"{case}.image.b2nd"
         assert (out / "cases" / name).stat().st_mtime_ns == kept[name], case
