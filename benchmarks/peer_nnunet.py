@@ -156,7 +156,10 @@ def task_data(task: str, root: Path) -> Path:
 
 
 # --------------------------------------------------------------------------- distmis
-def run_distmis(raw: Path, budget: str, seed: int, out: Path, recipe: str | None) -> dict[str, Any]:
+def run_distmis(raw: Path, budget: str, seed: int, out: Path, recipe: str | None, finalize: bool) -> dict[str, Any]:
+    """distmis on the whole budget (the searched best), or with ``finalize``: the search on
+    :data:`SEARCH_SHARE` of it, then ``finalize`` of its best configuration on two rounds of folds
+    (:func:`finalize_folds`), and the ensemble scored; the wall time counts init, tune and finalize."""
     import yaml
 
     result = out / "result.json"
@@ -166,7 +169,8 @@ def run_distmis(raw: Path, budget: str, seed: int, out: Path, recipe: str | None
         shutil.rmtree(out)
     out.mkdir(parents=True)
     plan = out / "plan.yaml"
-    init = [sys.executable, "-m", "distmis", "init", str(raw), "--budget", budget, "--out", str(plan)]
+    search_budget = f"{round(_duration(budget) * SEARCH_SHARE)}s" if finalize else budget
+    init = [sys.executable, "-m", "distmis", "init", str(raw), "--budget", search_budget, "--out", str(plan)]
     init_s, _ = run(init + (["--recipe", recipe] if recipe else []), out / "init.log")
     doc = yaml.safe_load(plan.read_text())
     doc["search"]["seed"] = seed
@@ -175,23 +179,41 @@ def run_distmis(raw: Path, budget: str, seed: int, out: Path, recipe: str | None
     env = {"DISTMIS_DATA_HOME": str(out / "data"), "MLFLOW_TRACKING_URI": f"sqlite:///{out / 'mlflow.db'}"}
     tune_s, tune_gb = run([sys.executable, "-m", "distmis", "tune", str(plan), "--out", str(out / "run")],
                           out / "tune.log", env)  # fmt: skip
-    evaluate = [sys.executable, "-m", "distmis", "evaluate", str(out / "run" / "best"), "--split", "test",
+    final_s, final_gb, model = 0.0, 0.0, out / "run" / "best"
+    if finalize:
+        folds = finalize_folds(doc["search"]["max_concurrent_trials"])
+        final_s, final_gb = run([sys.executable, "-m", "distmis", "finalize", str(out / "run"), "--top", "1",
+                                 "--folds", str(folds), "--no-pairs"], out / "finalize.log", env)  # fmt: skip
+        model = out / "run" / "final"
+    evaluate = [sys.executable, "-m", "distmis", "evaluate", str(model), "--split", "test",
                 "--out", str(out / "test"), "--no-track", "--tta"]  # fmt: skip
     eval_s, eval_gb = run(evaluate, out / "evaluate.log", env)
     summary = json.loads((out / "test" / "summary.json").read_text())
     dice = {k.removeprefix("dice_"): v["mean"] for k, v in summary["metrics"].items() if k.startswith("dice_")}
     data = {
-        "system": "distmis" + (f" ({recipe})" if recipe else ""),
+        "system": "distmis" + (" + finalize" if finalize else "") + (f" ({recipe})" if recipe else ""),
         "budget": budget,
         "seed": seed,
-        "train_seconds": tune_s,
-        "total_seconds": init_s + tune_s,
+        "train_seconds": tune_s + final_s,
+        "total_seconds": init_s + tune_s + final_s,
         "predict_seconds": eval_s,
-        "peak_gb": max(tune_gb, eval_gb),
+        "peak_gb": max(tune_gb, final_gb, eval_gb),
         "dice": dice,
     }
     result.write_text(json.dumps(data, indent=2))
     return data
+
+
+#: with ``--finalize``, the share of the budget the search is planned for: init plans two rounds of
+#: trials in it, and finalize's two rounds of folds of the best configuration, each as long as one of
+#: those trials, take about as long again as one round less its start-up
+SEARCH_SHARE = 0.5
+
+
+def finalize_folds(concurrency: int) -> int:
+    """Two rounds of folds at the search's parallelism (at least 2): every worker busy in both, as
+    init plans whole rounds of trials, and each fold model trained on most of the cases."""
+    return max(2, 2 * concurrency)
 
 
 # --------------------------------------------------------------------------- nnU-Net
@@ -364,7 +386,9 @@ def main() -> None:
     p.add_argument("--task", choices=["mni152", "brats"], default="mni152")
     p.add_argument("--budgets", default="5m", help="comma-separated wall times (e.g. 5m,20m)")
     p.add_argument("--seeds", default="0", help="comma-separated seeds")
-    p.add_argument("--systems", default="distmis,nnunet", help="comma-separated: distmis, nnunet")
+    p.add_argument("--systems", default="distmis,nnunet",
+                   help="comma-separated: distmis, finalize (the search on half the budget, then finalize's "
+                   "ensemble inside the rest), nnunet")  # fmt: skip
     p.add_argument("--recipe", default=None, help="distmis init --recipe (default: init's)")
     p.add_argument("--nnunet-python", default=sys.executable, help="the Python that has nnunetv2 (the peers extra)")
     p.add_argument("--iterations", type=int, default=25, help="nnU-Net iterations per epoch")
@@ -379,11 +403,15 @@ def main() -> None:
     for budget in a.budgets.split(","):
         for seed in [int(s) for s in a.seeds.split(",")]:
             where = root / a.task / budget / f"seed{seed}"
-            d = run_distmis(raw, budget, seed, where / "distmis", a.recipe)
-            rows.append(d)
-            if "nnunet" in systems:
-                splits = json.loads((where / "distmis" / "run" / "splits.json").read_text())
-                score = scorer_for(where / "distmis" / "run" / "best", raw, splits["test"])
+            searched = []
+            for system in ("distmis", "finalize"):
+                if system in systems:
+                    folder = where / ("distmis" if system == "distmis" else "distmis-finalize")
+                    rows.append(run_distmis(raw, budget, seed, folder, a.recipe, system == "finalize"))
+                    searched.append(folder / "run")
+            if "nnunet" in systems:  # the test cases of the first distmis run of this seed
+                splits = json.loads((searched[0] / "splits.json").read_text())
+                score = scorer_for(searched[0] / "best", raw, splits["test"])
                 os.environ["DISTMIS_PEER_ITERATIONS"] = str(a.iterations)
                 rows.append(run_nnunet(a.nnunet_python, raw, splits, budget, seed, where / "nnunet", score,
                                        os.cpu_count() or 1))  # fmt: skip
