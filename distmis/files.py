@@ -513,10 +513,9 @@ def _open_work(work: Path, *, resume: bool, job: dict[str, Any], command: str) -
         raise OutputError(f"{work}: belongs to another user; distmis {command} works there only in its own")
     if work.exists():
         recorded = None
-        try:
-            refuse_link(work / WORK_JOB)
-            recorded = json.loads((work / WORK_JOB).read_text())
-        except (OSError, ValueError, OutputError):
+        try:  # never a link, nor a FIFO that would block the resume before its first line
+            recorded = json.loads(read_regular_text(work / WORK_JOB, follow_links=False))
+        except (OSError, ValueError):
             raise OutputError(
                 f"{work}: exists but holds no {WORK_JOB} written by distmis {command}; remove it or choose another OUT"
             ) from None

@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 
 from distmis.config import PrepareConfig
-from distmis.data._cases import CASES_DIR, write_case
+from distmis.data._cases import write_case
+from distmis.data._finished import FinishedCase, done_file, read_finished, samples_file, source_stamp
 from distmis.data._msd import (
     MsdCase,
     MsdDataset,
@@ -38,7 +39,6 @@ from distmis.files import (
     check_output,
     check_replaceable,
     resumable_directory,
-    write_json_atomic,
     write_text_atomic,
 )
 from distmis.links import open_nofollow
@@ -88,6 +88,10 @@ def preprocess_label(label: np.ndarray, shape: tuple[int, int, int], resize: str
 
 
 # --------------------------------------------------------------------------- per-case worker
+#: a finished case: its done-record and its sampled foreground intensities, one array per channel
+Finished = tuple[FinishedCase, list[np.ndarray]]
+
+
 def _prepare_case(
     case: MsdCase,
     modalities: tuple[str, ...],
@@ -97,7 +101,7 @@ def _prepare_case(
     label_mode: str,
     normalisation: list[dict[str, Any]],
     work: Path,
-) -> dict[str, Any]:
+) -> Finished:
     """Read, preprocess and write one case into ``work`` (in a worker process: the parent never
     holds a volume, so prepare's memory is one case per process). Returns its done-record."""
     from distmis.data._inspect import case_stats
@@ -113,51 +117,38 @@ def _prepare_case(
     samples = stats.pop("samples")
     buffer = io.BytesIO()
     np.save(buffer, np.stack(samples) if samples else np.zeros((0, 0), np.float32))
-    with atomic_file(work / CASES_DIR / f"{case.case_id}.samples.npy") as tmp, open(tmp, "wb") as fh:
+    with atomic_file(samples_file(work, case.case_id)) as tmp, open(tmp, "wb") as fh:
         fh.write(buffer.getvalue())
-    done: dict[str, Any] = {"record": record, "warnings": warnings, "stats": stats, "source": source_stamp(case)}
-    write_json_atomic(work / CASES_DIR / f"{case.case_id}.done.json", done)  # last: the case is complete
-    done["stats"]["samples"] = list(samples)
-    return done
+    done = FinishedCase.model_validate(
+        {"record": record, "warnings": warnings, "stats": stats, "source": _source_stamp(case)}
+    )
+    write_text_atomic(done_file(work, case.case_id), done.model_dump_json(indent=2) + "\n")  # last: the case is whole
+    return done, list(samples)
 
 
-def source_stamp(case: MsdCase) -> list[list[Any]]:
-    """The identity of a case's source files (path, size, modification time, inode): a resumed
-    prepare makes the case again when its source changed after it was first made."""
-    stamp = []
-    for path in (case.image, case.label):
-        if path is not None:
-            st = Path(path).stat()
-            stamp.append([str(path), st.st_size, st.st_mtime_ns, st.st_ino])
-    return stamp
+def _source_stamp(case: MsdCase) -> list[tuple[str, int, int, int]]:
+    return source_stamp([path for path in (case.image, case.label) if path is not None])
 
 
-def _finished_case(work: Path, case: MsdCase) -> dict[str, Any] | None:
-    """The done-record of a case an interrupted prepare finished (``--resume``), if its files are whole,
-    inside ``work``, and made from the source files as they are now."""
-    import json
+def _finished_case(work: Path, case: MsdCase) -> tuple[FinishedCase, list[np.ndarray]] | None:
+    """The done-record and samples of a case an interrupted prepare finished (``--resume``), if its
+    files are whole, inside ``work``, and made from the source files as they are now."""
     import stat
 
-    case_id = case.case_id
-    own = [work / CASES_DIR / f"{case_id}.done.json", work / CASES_DIR / f"{case_id}.samples.npy"]
+    done = read_finished(work, case.case_id)
+    if done is None or done.source != _source_stamp(case):
+        return None
+    files = done.record.files
+    own = [(work / f.file, f.bytes) for f in (files.image, files.label, files.foreground)]
+    samples = samples_file(work, case.case_id)
     try:
-        done = json.loads(own[0].read_text())
-        if done.get("source") != source_stamp(case):
-            return None
-        files = [(work / e["file"], e["bytes"]) for e in done["record"]["files"].values()]
-        if any(not path.resolve().is_relative_to(work.resolve()) for path, _ in files):
-            return None  # a record naming another place is not this prepare's
-        for path, size in [*files, *((p, None) for p in own)]:
+        for path, size in [*own, (samples, None)]:
             st = os.lstat(path)  # only what this prepare wrote: a regular file of one name, never a link
             if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or (size is not None and st.st_size != size):
                 return None
-        samples = np.load(own[1])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return done, list(np.load(samples))
+    except (OSError, ValueError):
         return None
-    done["stats"]["samples"] = list(samples)
-    # JSON made the label values strings; the fingerprint counts them by value
-    done["stats"]["label_voxels"] = {int(k): v for k, v in done["stats"]["label_voxels"].items()}
-    return dict(done)
 
 
 def _check_regions(regions: dict[str, list[int]] | None, label_mode: str, labels: dict[int, str], where: Path) -> None:
@@ -320,7 +311,7 @@ class _PrepareJob:
     label_mode: str
     normalisation: list[dict[str, Any]]
 
-    def case(self, case: MsdCase, work: Path) -> dict[str, Any]:
+    def case(self, case: MsdCase, work: Path) -> Finished:
         """Read, preprocess and write one case (in a worker process)."""
         return _prepare_case(
             case, self.modalities, self.labels, self.shape, self.resize, self.label_mode, self.normalisation, work
@@ -383,9 +374,10 @@ def prepare_dataset(
             done = _prepare_cases(job, work, [c.case_id for c in dataset.training], by_id, workers, progress)
             case_stats = []
             for cid in sorted(done):
-                document["cases"][cid] = done[cid]["record"]
-                case_stats.append(done[cid]["stats"])
-                for text in done[cid]["warnings"]:
+                finished, samples = done[cid]
+                document["cases"][cid] = finished.record.model_dump()
+                case_stats.append(finished.fingerprint_stats(samples))
+                for text in finished.warnings:
                     (warn or _print_warning)(text)
             for name in SPLITS:
                 document["splits"][name] = {"cases": splits[name], "num_cases": len(splits[name])}
@@ -399,8 +391,8 @@ def prepare_dataset(
             text = info.model_dump_json(indent=2, exclude={"fold"}, exclude_none=True)
             write_text_atomic(work / RunFile.PREPARED_INFO, text + "\n")
             for cid in done:  # what only a resume needed
-                for name in (f"{cid}.done.json", f"{cid}.samples.npy"):
-                    (work / CASES_DIR / name).unlink(missing_ok=True)
+                done_file(work, cid).unlink(missing_ok=True)
+                samples_file(work, cid).unlink(missing_ok=True)
     except PermissionError as exc:
         raise DataError(f"{out}: not writable ({exc})") from None
     return info
@@ -413,7 +405,7 @@ def _prepare_cases(
     by_id: dict[str, MsdCase],
     workers: int,
     progress: Callable[[int, int], None] | None,
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, Finished]:
     """Every case's done-record: those a resumed prepare finished before, and the rest made now."""
     done = {cid: d for cid in ids if (d := _finished_case(work, by_id[cid])) is not None}
     counter = _Counter(len(ids), progress)

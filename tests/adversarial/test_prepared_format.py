@@ -135,7 +135,7 @@ def test_a_killed_prepare_resumes_without_redoing_its_finished_cases(tmp_path: P
         argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
     )
     deadline = time.monotonic() + 240
-    while len(_done_cases(partial)) < 2 and proc.poll() is None:  # observe the files, not the clock
+    while len(_done_cases(partial)) < 3 and proc.poll() is None:  # observe the files, not the clock
         assert time.monotonic() < deadline, "prepare wrote no finished case within 240 s"
         time.sleep(0.005)
     os.killpg(proc.pid, signal.SIGKILL)
@@ -147,6 +147,11 @@ def test_a_killed_prepare_resumes_without_redoing_its_finished_cases(tmp_path: P
     assert finished, "no case had finished when prepare was killed"
     # what a kill in the middle of a write leaves: a half-written temporary sibling
     (partial / "cases" / f"{TEMPORARY_PREFIX}0123456789ab.image.b2nd").write_bytes(b"half a scan")
+    # a done-record naming a file outside the work directory is a case to make again, not an error
+    damaged = finished[-1]
+    record = json.loads((partial / "cases" / f"{damaged}.done.json").read_text())
+    record["record"]["files"]["image"]["file"] = "../../raw/imagesTr/outside.b2nd"
+    (partial / "cases" / f"{damaged}.done.json").write_text(json.dumps(record))
     # a label fixed in the source after the kill: that case is made again, the others are kept
     changed = finished[0]
     label = raw / "labelsTr" / f"{changed}.nii.gz"
@@ -158,9 +163,12 @@ def test_a_killed_prepare_resumes_without_redoing_its_finished_cases(tmp_path: P
     assert not partial.exists()
     out = tmp_path / "out"
     assert not [p for p in out.rglob("*") if is_temporary(p.name)], "a killed run's temporaries reached the output"
-    for case in finished[1:]:  # the cases it had finished were kept, not written again
+    for case in finished[1:-1]:  # the cases it had finished were kept, not written again
         name = f"{case}.image.b2nd"
         assert (out / "cases" / name).stat().st_mtime_ns == kept[name], case
+    for case in (changed, damaged):
+        name = f"{case}.image.b2nd"
+        assert (out / "cases" / name).stat().st_mtime_ns != kept[name], f"{case} was not made again"
     info = json.loads((out / "info.json").read_text())
     assert sorted(info["cases"]) == sorted(f"CASE_{i:03d}" for i in range(24)) or len(info["cases"]) == 24
     # the same as a prepare that was never interrupted
