@@ -554,11 +554,20 @@ _READERS_HINT = (
 
 
 @contextlib.contextmanager
-def atomic_file(path: Path) -> Iterator[Path]:
-    """Yield a temporary path beside ``path`` (same suffix); renamed to ``path`` if the block succeeds."""
+def atomic_file(path: Path, *, own_directory: bool = False) -> Iterator[Path]:
+    """Yield a temporary path beside ``path`` (same suffix); renamed to ``path`` if the block succeeds.
+
+    ``own_directory``: the file's directory is one distmis makes inside its own output (a search's
+    ``plots/``), where a link is refused as at the file itself: one planted there while a long command
+    ran would have the file written into the link's target.
+    """
     path = Path(path)
     refuse_link(path)
+    if own_directory:
+        refuse_link(path.parent)
     parents = make_parents(path.parent if str(path.parent) else Path())
+    if own_directory:
+        refuse_link(path.parent)  # planted between the check and the mkdir
     tmp = temporary_sibling(path)
     try:
         yield tmp

@@ -33,7 +33,7 @@ def _save(fig: Any, path: Path) -> Path:
     from distmis import __version__
     from distmis.files import atomic_file
 
-    with atomic_file(path) as tmp:
+    with atomic_file(path, own_directory=True) as tmp:
         fig.savefig(tmp, dpi=100, format="png", metadata={"Software": f"distmis compare {__version__}"})
     _plt().close(fig)
     return path

@@ -129,7 +129,7 @@ def plots(
 
 def _save(fig: Any, path: Path, version: str) -> Path:
     fig.tight_layout()
-    with atomic_file(path) as tmp:
+    with atomic_file(path, own_directory=True) as tmp:
         fig.savefig(tmp, dpi=100, format="png", metadata={"Software": f"distmis finalize {version}"})
     return path
 

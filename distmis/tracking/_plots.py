@@ -59,7 +59,7 @@ def learning_curves(out: Path, rows: list[dict[str, str]], metric: str) -> Path:
         ax.grid(alpha=0.3)
     fig.tight_layout()
     target = out / "plots" / "learning_curves.png"
-    with atomic_file(target) as tmp:
+    with atomic_file(target, own_directory=True) as tmp:
         fig.savefig(tmp, dpi=100, format="png")
     plt.close(fig)
     return target
@@ -94,7 +94,7 @@ def optuna_plots(out: Path, config: ExperimentConfig, rows: list[dict[str, str]]
         fig.set_size_inches(8, 5)
         fig.tight_layout()
         target = out / "plots" / f"{name}.png"
-        with atomic_file(target) as tmp:
+        with atomic_file(target, own_directory=True) as tmp:
             fig.savefig(tmp, dpi=100, format="png")
         plt.close(fig)
         made.append(target)

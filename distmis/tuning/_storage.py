@@ -21,6 +21,7 @@ file such a kill leaves behind matches no pattern of Tune's; a ``--resume`` remo
 from __future__ import annotations
 
 import io
+import logging
 import os
 import stat
 from pathlib import Path
@@ -29,6 +30,7 @@ from typing import IO, Any
 import pyarrow
 import pyarrow.fs as pafs
 
+from distmis.exceptions import OutputError
 from distmis.files import is_temporary, open_nofollow, refuse_link, temporary_sibling
 from distmis.links import NOFOLLOW, link_error
 
@@ -174,11 +176,20 @@ def refuse_linked_directories(path: str, root: Path | None) -> None:
 
 class WholeFileLocalHandler(pafs.FileSystemHandler):
     """pyarrow's local filesystem, whose output streams replace a file only when complete, and which
-    neither writes, creates, moves nor removes anything below a directory link inside ``root``."""
+    neither writes, creates, moves nor removes anything below a directory link inside ``root``.
 
-    def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
+    ``skip_linked``: an operation below such a link is left undone, with one warning per link,
+    instead of raised. The driver's copy is made so: its experiment sync copies the whole staging
+    directory at once, and one refused file (a failed trial's ``error.txt`` below a linked trial
+    directory) would fail every later sync, leaving the search's state, and so its best trial, as
+    they were before the link. The copies sent to the trials raise, and the trial fails.
+    """
+
+    def __init__(self, root: str | os.PathLike[str] | None = None, *, skip_linked: bool = False) -> None:
         self._local = pafs.LocalFileSystem()
         self._root = Path(root).absolute() if root is not None else None
+        self._skip_linked = skip_linked
+        self._warned: set[str] = set()
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, WholeFileLocalHandler) and other._root == self._root
@@ -199,6 +210,19 @@ class WholeFileLocalHandler(pafs.FileSystemHandler):
             refuse_link(path, what="search state (Ray Tune's storage)")
         return path
 
+    def _allowed(self, path: str, *, itself: bool = False) -> bool:
+        """Whether ``path`` may be written; False (warned once) where the driver skips a link."""
+        try:
+            self._checked(path, itself=itself)
+        except OutputError as exc:
+            if not self._skip_linked:
+                raise
+            if str(exc) not in self._warned:
+                self._warned.add(str(exc))
+                logging.getLogger("distmis").warning("not written: %s", exc)
+            return False
+        return True
+
     def get_type_name(self) -> str:
         return "distmis-whole-file-local"
 
@@ -212,22 +236,27 @@ class WholeFileLocalHandler(pafs.FileSystemHandler):
         return list(self._local.get_file_info(selector))
 
     def create_dir(self, path: str, recursive: bool) -> None:
-        self._local.create_dir(self._checked(path, itself=True), recursive=recursive)
+        if self._allowed(path, itself=True):
+            self._local.create_dir(path, recursive=recursive)
 
     def delete_dir(self, path: str) -> None:
-        self._local.delete_dir(self._checked(path))
+        if self._allowed(path):
+            self._local.delete_dir(path)
 
     def delete_dir_contents(self, path: str, missing_dir_ok: bool = False) -> None:
-        self._local.delete_dir_contents(self._checked(path, itself=True), missing_dir_ok=missing_dir_ok)
+        if self._allowed(path, itself=True):
+            self._local.delete_dir_contents(path, missing_dir_ok=missing_dir_ok)
 
     def delete_root_dir_contents(self) -> None:
         raise PermissionError("distmis never empties the root directory")
 
     def delete_file(self, path: str) -> None:
-        self._local.delete_file(self._checked(path))
+        if self._allowed(path):
+            self._local.delete_file(path)
 
     def move(self, src: str, dest: str) -> None:
-        self._local.move(self._checked(src), self._checked(dest))
+        if self._allowed(src) and self._allowed(dest):
+            self._local.move(src, dest)
 
     def copy_file(self, src: str, dest: str) -> None:
         with self._local.open_input_stream(src) as source, self.open_output_stream(dest, None) as target:
@@ -241,10 +270,14 @@ class WholeFileLocalHandler(pafs.FileSystemHandler):
         return self._local.open_input_file(path)
 
     def open_output_stream(self, path: str, metadata: Any) -> pyarrow.NativeFile:
-        return pyarrow.PythonFile(_WholeFile(self._checked(path)), mode="w")
+        if not self._allowed(path):
+            return pyarrow.PythonFile(io.BytesIO(), mode="w")  # written nowhere
+        return pyarrow.PythonFile(_WholeFile(path), mode="w")
 
     def open_append_stream(self, path: str, metadata: Any) -> pyarrow.NativeFile:
-        return pyarrow.PythonFile(open_nofollow(self._checked(path), "ab"), mode="w")
+        if not self._allowed(path):
+            return pyarrow.PythonFile(io.BytesIO(), mode="w")
+        return pyarrow.PythonFile(open_nofollow(path, "ab"), mode="w")
 
 
 def remove_partials(directory: Path) -> list[Path]:
@@ -267,8 +300,9 @@ def remove_partials(directory: Path) -> list[Path]:
 
 
 def tune_storage(root: str | os.PathLike[str]) -> pafs.FileSystem:
-    """The filesystem a search gives Ray Tune for its storage ``root`` (see the module docstring)."""
-    return pafs.PyFileSystem(WholeFileLocalHandler(root))
+    """The filesystem a search's driver gives Ray Tune for its storage ``root`` (see the module
+    docstring); below a directory link it skips (see :class:`WholeFileLocalHandler`)."""
+    return pafs.PyFileSystem(WholeFileLocalHandler(root, skip_linked=True))
 
 
 __all__ = ["WholeFileLocalHandler", "refuse_linked_directories", "remove_partials", "tune_storage"]

@@ -340,3 +340,58 @@ def test_prepare_train_evaluate_and_predict_open_nothing_through_a_link(assets: 
     for written in ("/prepared", "run/metrics.csv", "/scores", "segs/"):
         assert any(written in r["path"] for r in records), f"nothing recorded under {written}"
     assert not _unsafe_opens(records, ws.dir), _unsafe_opens(records, ws.dir)
+
+
+def test_links_planted_while_a_search_runs_are_never_written_through(assets: Assets, tmp_path: Path) -> None:
+    """Links planted at a trial's directories (Ray Tune's and distmis's) and at ``plots/`` while the
+    search runs: nothing lands in their targets, the other trials' results still choose ``best/``, and
+    the plots' link is refused in one line at the end."""
+    import subprocess
+    import sys
+    import time
+
+    ws = Workspace(tmp_path / "ws", assets)
+    ws.dir.mkdir()
+    space = ws.search(
+        "  lr: {loguniform: [1.0e-3, 1.0e-2]}\n",
+        extra="search: {num_samples: 3, max_concurrent_trials: 1, seed: 0, scheduler: {type: none}}\n",
+        train="epochs: 12, batch_size_per_replica: 1",
+    )
+    run = ws.dir / "run"
+    victims = tmp_path / "victims"
+    for name in ("plots", "tune-trial", "trial"):
+        (victims / name).mkdir(parents=True)
+        for file in ("learning_curves.png", "result.json", "progress.csv", "metrics.csv", "scan.nii.gz"):
+            (victims / name / file).write_text(f"the user's {name}/{file}\n")
+    before = snapshot(victims)
+    env = {**os.environ, "DISTMIS_DATA_HOME": str(ws.dir / "cache")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "distmis", "tune", str(space), "--out", "run"],
+        cwd=ws.dir,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 600
+        tune_trials: list[Path] = []
+        trials: list[Path] = []
+        while not (tune_trials and trials):  # observe the directories, not the clock
+            assert proc.poll() is None, "the search ended before its first trial's directories appeared"
+            assert time.monotonic() < deadline, "no trial directory within 600 s"
+            tune_trials = sorted((run / "tune").glob("distmis_trial_*")) if (run / "tune").is_dir() else []
+            trials = sorted((run / "trials").iterdir()) if (run / "trials").is_dir() else []
+            time.sleep(0.05)
+        for at, target in ((tune_trials[0], "tune-trial"), (trials[0], "trial"), (run / "plots", "plots")):
+            shutil.rmtree(at, ignore_errors=True)
+            at.symlink_to(victims / target, target_is_directory=True)
+        stdout, stderr = proc.communicate(timeout=900)
+    finally:
+        proc.kill()
+    assert snapshot(victims) == before, stderr[-3000:]
+    errors = [line for line in stderr.splitlines() if line.startswith(ERROR_PREFIX)]
+    assert proc.returncode == 2 and len(errors) == 1, stdout[-2000:] + stderr[-3000:]
+    assert f"{run / 'plots'}: a symbolic link" in errors[0], errors[0]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["best_trial_id"] and (run / "best").is_dir(), summary  # the other trials' state was synced
