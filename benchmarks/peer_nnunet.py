@@ -5,6 +5,10 @@ For each task, budget and seed:
 - **distmis**: ``distmis init DATA --budget B`` (its defaults otherwise, or ``--recipe``), ``distmis
   tune`` of the file it wrote (the search includes its own prepare), then ``distmis evaluate`` of the
   best model on the search's test split, with test-time mirroring as nnU-Net predicts by default;
+- **distmis + finalize** (``--systems finalize``): the same search planned for half the budget, then
+  ``distmis finalize --top 1`` of its best configuration on two rounds of folds at the search's
+  parallelism, and ``evaluate`` of the ensemble (``RUN/final``): the search and the ensemble inside
+  one budget;
 - **nnU-Net v2**: the same MSD task converted to nnU-Net's raw format (one file per channel,
   ``dataset.json`` with ``channel_names``, ``labels`` and ``file_ending``) with the search's test
   cases as ``imagesTs`` and every other labelled case for training; ``nnUNetv2_plan_and_preprocess``;
