@@ -519,8 +519,8 @@ def _open_work(work: Path, *, resume: bool, job: dict[str, Any], command: str) -
             raise OutputError(
                 f"{work}: exists but holds no {WORK_JOB} written by distmis {command}; remove it or choose another OUT"
             ) from None
-        if resume and recorded == job:
-            _drop_temporaries(work)
+        if resume and recorded == job:  # half-written files must not end up, hidden, in the output
+            remove_temporaries(work)
             return
         if resume:
             changed = sorted(k for k in set(job) | set(recorded or {}) if (recorded or {}).get(k) != job.get(k))
@@ -534,17 +534,20 @@ def _open_work(work: Path, *, resume: bool, job: dict[str, Any], command: str) -
         json.dump(job, fh)
 
 
-def _drop_temporaries(work: Path) -> None:
-    """Remove the temporary siblings a killed run left half-written in its work directory, so they
-    do not end up, hidden and possibly the size of a scan, in the finished output. The sibling lock
-    is held, so no other run is writing them."""
-    for root, dirs, files in os.walk(work, followlinks=False):
-        for name in [d for d in dirs if is_temporary(d)]:
-            shutil.rmtree(Path(root) / name, ignore_errors=True)
-            dirs.remove(name)
+def remove_temporaries(directory: Path) -> list[Path]:
+    """Remove the temporary siblings (:func:`is_temporary`) that writes killed midway left under
+    ``directory``, and return them. Only regular files are touched; symbolic links are neither
+    followed nor removed. Call only while holding the output that ``directory`` belongs to: no write
+    of distmis's is in flight in it then, so every such file is an orphan.
+    """
+    removed = []
+    for root, _dirs, files in os.walk(directory):  # os.walk does not follow links to directories
         for name in files:
-            if is_temporary(name):
-                (Path(root) / name).unlink(missing_ok=True)
+            path = Path(root) / name
+            if is_temporary(name) and not path.is_symlink() and path.is_file():
+                path.unlink(missing_ok=True)
+                removed.append(path)
+    return removed
 
 
 _READERS_HINT = (

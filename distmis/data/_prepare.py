@@ -130,7 +130,7 @@ def _source_stamp(case: MsdCase) -> list[tuple[str, int, int, int]]:
     return source_stamp([path for path in (case.image, case.label) if path is not None])
 
 
-def _finished_case(work: Path, case: MsdCase) -> tuple[FinishedCase, list[np.ndarray]] | None:
+def _finished_case(work: Path, case: MsdCase) -> Finished | None:
     """The done-record and samples of a case an interrupted prepare finished (``--resume``), if its
     files are whole, inside ``work``, and made from the source files as they are now."""
     import stat

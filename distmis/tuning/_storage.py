@@ -31,7 +31,7 @@ import pyarrow
 import pyarrow.fs as pafs
 
 from distmis.exceptions import OutputError
-from distmis.files import is_temporary, open_nofollow, refuse_link, temporary_sibling
+from distmis.files import open_nofollow, refuse_link, remove_temporaries, temporary_sibling
 from distmis.links import NOFOLLOW, link_error
 
 #: a file up to this size is held in memory until it is closed, and left alone when the file
@@ -204,16 +204,12 @@ class WholeFileLocalHandler(pafs.FileSystemHandler):
         # sent to every trial process with Tune's storage context: as this class, which they can import
         return (WholeFileLocalHandler, (None if self._root is None else str(self._root),))
 
-    def _checked(self, path: str, *, itself: bool = False) -> str:
-        refuse_linked_directories(path, self._root)
-        if itself and self._root is not None:
-            refuse_link(path, what="search state (Ray Tune's storage)")
-        return path
-
     def _allowed(self, path: str, *, itself: bool = False) -> bool:
         """Whether ``path`` may be written; False (warned once) where the driver skips a link."""
         try:
-            self._checked(path, itself=itself)
+            refuse_linked_directories(path, self._root)
+            if itself and self._root is not None:
+                refuse_link(path, what="search state (Ray Tune's storage)")
         except OutputError as exc:
             if not self._skip_linked:
                 raise
@@ -281,22 +277,12 @@ class WholeFileLocalHandler(pafs.FileSystemHandler):
 
 
 def remove_partials(directory: Path) -> list[Path]:
-    """Remove the temporary files that writes of this storage, killed midway, left under ``directory``.
-
-    Call only while holding the search's ``--out`` (its lock): no write of distmis's is in flight
-    in it then, so every such file is an orphan. Only regular files named as distmis names its
-    temporary siblings (:func:`distmis.files.is_temporary`) are touched; symbolic links are
-    neither followed nor removed.
+    """Remove the temporary files that writes of this storage, killed midway, left under ``directory``
+    (:func:`distmis.files.remove_temporaries`). Call only while holding the search's ``--out`` (its
+    lock): no write of distmis's is in flight in it then, so every such file is an orphan.
     Returns the files removed.
     """
-    removed = []
-    for root, _dirs, files in os.walk(directory):  # os.walk does not follow links to directories
-        for name in files:
-            path = Path(root) / name
-            if is_temporary(name) and not path.is_symlink() and path.is_file():
-                path.unlink(missing_ok=True)
-                removed.append(path)
-    return removed
+    return remove_temporaries(directory)
 
 
 def tune_storage(root: str | os.PathLike[str]) -> pafs.FileSystem:
