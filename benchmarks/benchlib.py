@@ -36,6 +36,10 @@ TASK_FILES = {
 #: task -> the real-anatomy data it is written as by ``tests/_support/anatomy.py``: (directory name, shape, voxel mm)
 ANATOMY_DATA = {"mni152": ("mni152", 64, 2.0), "anatomy32": ("mni152_32", 32, 4.0)}
 
+#: ``train.augment`` keys that turn on nnU-Net's augmentation for a 3D patch: rotation 30, scale
+#: [0.7, 1.4] and its intensity transforms at strength 1 (merged into a file's own keys, its flips kept)
+NNUNET_AUGMENT: dict[str, Any] = {"rotation": 30.0, "scale": [0.7, 1.4], "nnunet_intensity": 1.0}
+
 
 def prepare_task(task: str, base: dict[str, Any], base_dir: Path, root: Path) -> Path:
     """The task's data, prepared once into the benchmark's own cache (``root/data``).

@@ -9,13 +9,18 @@ For each task, budget and seed:
   ``distmis finalize --top 1`` of its best configuration on two rounds of folds at the search's
   parallelism, and ``evaluate`` of the ensemble (``RUN/final``): the search and the ensemble inside
   one budget;
+- **distmis + nnU-Net augmentation** (``--systems distmis-aug``): the first, with nnU-Net's augmentation
+  for a 3D patch turned on in the file init wrote (``benchlib.NNUNET_AUGMENT``);
 - **nnU-Net v2**: the same MSD task converted to nnU-Net's raw format (one file per channel,
   ``dataset.json`` with ``channel_names``, ``labels`` and ``file_ending``) with the search's test
   cases as ``imagesTs`` and every other labelled case for training; ``nnUNetv2_plan_and_preprocess``;
   ``nnUNetv2_train DATASET 3d_fullres all`` with a trainer variant whose only change is its length:
   epochs of ``--iterations`` steps, as many as fit the budget after timing three steps (its poly
   schedule then runs to its end); ``nnUNetv2_predict`` of the test cases (nnU-Net's default 8-way
-  mirroring). Its predictions are scored by distmis's own metrics (``score_case``).
+  mirroring). Its predictions are scored by distmis's own metrics (``score_case``);
+- **nnU-Net v2 without augmentation** (``--systems nnunet-noda``): the same with the trainer variant
+  also derived from nnU-Net's own ``nnUNetTrainerNoDA`` (no augmentation, and so no mirroring when it
+  predicts), which shares the first's planning and preprocessing.
 
 The trainer variant is installed the way nnU-Net documents it: as a module inside
 ``nnunetv2/training/nnUNetTrainer`` of the environment nnU-Net runs in (the ``peers`` extra:
@@ -44,10 +49,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from benchlib import add_out_option, write_report
+from benchlib import NNUNET_AUGMENT, add_out_option, write_report
 
 REPO = Path(__file__).resolve().parents[1]
 TRAINER = "nnUNetTrainer_DistmisBudget"
+TRAINER_NODA = "nnUNetTrainer_DistmisBudgetNoDA"
 #: the trainer variant: nnUNetTrainer with epochs of DISTMIS_PEER_ITERATIONS steps, as many as the
 #: budget holds after three timed steps; validation iterations cut to a tenth of them (nnU-Net's
 #: pseudo-Dice is only logged); everything else nnU-Net's default
@@ -59,6 +65,7 @@ import torch
 
 from nnunetv2.training.lr_scheduler.polylr import PolyLRScheduler
 from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
+from nnunetv2.training.nnUNetTrainer.variants.data_augmentation.nnUNetTrainerNoDA import nnUNetTrainerNoDA
 
 
 class nnUNetTrainer_DistmisBudget(nnUNetTrainer):
@@ -84,6 +91,10 @@ class nnUNetTrainer_DistmisBudget(nnUNetTrainer):
         self.num_epochs = max(1, int(left // per_epoch))
         self.lr_scheduler = PolyLRScheduler(self.optimizer, self.initial_lr, self.num_epochs)
         self.print_to_log_file(f"budget {self.budget_seconds:.0f} s: {self.num_epochs} epochs at {step:.2f} s a step")
+
+
+class nnUNetTrainer_DistmisBudgetNoDA(nnUNetTrainer_DistmisBudget, nnUNetTrainerNoDA):
+    """The same length, with nnU-Net's own no-augmentation variant's transforms and mirroring."""
 '''
 
 
@@ -160,10 +171,13 @@ def task_data(task: str, root: Path) -> Path:
 
 
 # --------------------------------------------------------------------------- distmis
-def run_distmis(raw: Path, budget: str, seed: int, out: Path, recipe: str | None, finalize: bool) -> dict[str, Any]:
+def run_distmis(
+    raw: Path, budget: str, seed: int, out: Path, recipe: str | None, finalize: bool, augment: bool = False
+) -> dict[str, Any]:
     """distmis on the whole budget (the searched best), or with ``finalize``: the search on
     :data:`SEARCH_SHARE` of it, then ``finalize`` of its best configuration on two rounds of folds
-    (:func:`finalize_folds`), and the ensemble scored; the wall time counts init, tune and finalize."""
+    (:func:`finalize_folds`), and the ensemble scored; the wall time counts init, tune and finalize.
+    ``augment`` adds nnU-Net's augmentation to the file init wrote."""
     import yaml
 
     result = out / "result.json"
@@ -179,6 +193,8 @@ def run_distmis(raw: Path, budget: str, seed: int, out: Path, recipe: str | None
     doc = yaml.safe_load(plan.read_text())
     doc["search"]["seed"] = seed
     doc["train"]["seed"] = seed
+    if augment:
+        doc["train"]["augment"] = {**doc["train"].get("augment", {}), **NNUNET_AUGMENT}
     plan.write_text(yaml.safe_dump(doc, sort_keys=False))
     env = {"DISTMIS_DATA_HOME": str(out / "data"), "MLFLOW_TRACKING_URI": f"sqlite:///{out / 'mlflow.db'}"}
     tune_s, tune_gb = run([sys.executable, "-m", "distmis", "tune", str(plan), "--out", str(out / "run")],
@@ -195,7 +211,10 @@ def run_distmis(raw: Path, budget: str, seed: int, out: Path, recipe: str | None
     summary = json.loads((out / "test" / "summary.json").read_text())
     dice = {k.removeprefix("dice_"): v["mean"] for k, v in summary["metrics"].items() if k.startswith("dice_")}
     data = {
-        "system": "distmis" + (" + finalize" if finalize else "") + (f" ({recipe})" if recipe else ""),
+        "system": "distmis"
+        + (" + finalize" if finalize else "")
+        + (" + nnU-Net augmentation" if augment else "")
+        + (f" ({recipe})" if recipe else ""),
         "budget": budget,
         "seed": seed,
         "train_seconds": tune_s + final_s,
@@ -282,7 +301,9 @@ def to_nnunet_raw(raw: Path, splits: dict[str, list[str]], dataset_id: int, targ
 
 
 def run_nnunet(python: str, raw: Path, splits: dict[str, list[str]], budget: str, seed: int, out: Path,
-               scorer: Any, procs: int) -> dict[str, Any]:  # fmt: skip
+               scorer: Any, procs: int, trainer: str = TRAINER) -> dict[str, Any]:  # fmt: skip
+    """nnU-Net v2 trained with ``trainer`` for the budget, fold ``all``, and its test predictions scored;
+    the task's planning and preprocessing are shared by every run of the seed (and counted once)."""
     result = out / "result.json"
     if result.is_file():
         return json.loads(result.read_text())
@@ -301,17 +322,17 @@ def run_nnunet(python: str, raw: Path, splits: dict[str, list[str]], budget: str
         cmd = [*_nnunet_cli(python, NNUNET_ENTRY["plan"]), "-d", str(dataset_id), "-c", "3d_fullres", "-np", str(procs),
                "--verify_dataset_integrity"]  # fmt: skip
         plan_s, _ = run(cmd, out / "plan.log", env)
-    train = [*_nnunet_cli(python, NNUNET_ENTRY["train"]), str(dataset_id), "3d_fullres", "all", "-tr", TRAINER,
+    train = [*_nnunet_cli(python, NNUNET_ENTRY["train"]), str(dataset_id), "3d_fullres", "all", "-tr", trainer,
              "-device", "cpu"]  # fmt: skip
     train_s, train_gb = run(train, out / "train.log", env)
     pred = out / "predictions"
     predict = [*_nnunet_cli(python, NNUNET_ENTRY["predict"]), "-i", str(folder / "imagesTs"), "-o", str(pred),
-               "-d", str(dataset_id), "-c", "3d_fullres", "-f", "all", "-tr", TRAINER, "-device", "cpu",
+               "-d", str(dataset_id), "-c", "3d_fullres", "-f", "all", "-tr", trainer, "-device", "cpu",
                "-chk", "checkpoint_final.pth"]  # fmt: skip
     predict_s, predict_gb = run(predict, out / "predict.log", env)
     dice = scorer(pred)
     data = {
-        "system": "nnU-Net v2",
+        "system": "nnU-Net v2" + (", no augmentation (NoDA)" if trainer == TRAINER_NODA else ""),
         "budget": budget,
         "seed": seed,
         "train_seconds": train_s,
@@ -385,6 +406,12 @@ def report(rows: list[dict[str, Any]], out: Path) -> None:
     write_report(out, "peer_nnunet", title=title, rows=table, data={"runs": rows}, figure=draw)
 
 
+#: ``--systems`` name -> the folder its runs keep under OUT/TASK/BUDGET/seedN
+DISTMIS_FOLDERS = {"distmis": "distmis", "finalize": "distmis-finalize", "distmis-aug": "distmis-aug"}
+#: ``--systems`` name -> nnU-Net trainer (its folder is the system's name)
+NNUNET_TRAINERS = {"nnunet": TRAINER, "nnunet-noda": TRAINER_NODA}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--task", choices=["mni152", "brats"], default="mni152")
@@ -392,7 +419,8 @@ def main() -> None:
     p.add_argument("--seeds", default="0", help="comma-separated seeds")
     p.add_argument("--systems", default="distmis,nnunet",
                    help="comma-separated: distmis, finalize (the search on half the budget, then finalize's "
-                   "ensemble inside the rest), nnunet")  # fmt: skip
+                   "ensemble inside the rest), distmis-aug (with nnU-Net's augmentation), nnunet, "
+                   "nnunet-noda (its NoDA variant)")  # fmt: skip
     p.add_argument("--recipe", default=None, help="distmis init --recipe (default: init's)")
     p.add_argument("--nnunet-python", default=sys.executable, help="the Python that has nnunetv2 (the peers extra)")
     p.add_argument("--iterations", type=int, default=25, help="nnU-Net iterations per epoch")
@@ -401,24 +429,25 @@ def main() -> None:
     root = a.out.resolve()
     raw = task_data(a.task, root)
     systems = a.systems.split(",")
-    if "nnunet" in systems:
+    if {"nnunet", "nnunet-noda"} & set(systems):
         install_trainer(a.nnunet_python)
     rows = []
     for budget in a.budgets.split(","):
         for seed in [int(s) for s in a.seeds.split(",")]:
             where = root / a.task / budget / f"seed{seed}"
-            searched = []
-            for system in ("distmis", "finalize"):
+            for system, folder in DISTMIS_FOLDERS.items():
                 if system in systems:
-                    folder = where / ("distmis" if system == "distmis" else "distmis-finalize")
-                    rows.append(run_distmis(raw, budget, seed, folder, a.recipe, system == "finalize"))
-                    searched.append(folder / "run")
-            if "nnunet" in systems:  # the test cases of the first distmis run of this seed
-                splits = json.loads((searched[0] / "splits.json").read_text())
-                score = scorer_for(searched[0] / "best", raw, splits["test"])
-                os.environ["DISTMIS_PEER_ITERATIONS"] = str(a.iterations)
-                rows.append(run_nnunet(a.nnunet_python, raw, splits, budget, seed, where / "nnunet", score,
-                                       os.cpu_count() or 1))  # fmt: skip
+                    rows.append(run_distmis(raw, budget, seed, where / folder, a.recipe, system == "finalize",
+                                            augment=system == "distmis-aug"))  # fmt: skip
+            for system, trainer in NNUNET_TRAINERS.items():
+                if system in systems:  # the test cases of a distmis run of this seed
+                    searched = next(where / f / "run" for f in DISTMIS_FOLDERS.values()
+                                    if (where / f / "run" / "splits.json").is_file())  # fmt: skip
+                    splits = json.loads((searched / "splits.json").read_text())
+                    score = scorer_for(searched / "best", raw, splits["test"])
+                    os.environ["DISTMIS_PEER_ITERATIONS"] = str(a.iterations)
+                    rows.append(run_nnunet(a.nnunet_python, raw, splits, budget, seed, where / system, score,
+                                           os.cpu_count() or 1, trainer))  # fmt: skip
             report(rows, root / a.task)
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from benchlib import REPO, TASK_FILES, fmt_stat, prepare_task, quartiles, run_tune, write_report
+from benchlib import NNUNET_AUGMENT, REPO, TASK_FILES, fmt_stat, prepare_task, quartiles, run_tune, write_report
 
 OLD = {"loss": "dice", "lr_schedule": "constant", "foreground_oversampling": 0.0}
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -40,7 +40,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "+poly": {**OLD, "loss": "dice_ce", "lr_schedule": "poly"},
     "+oversampling": {**OLD, "loss": "dice_ce", "lr_schedule": "poly", "foreground_oversampling": 0.33},
     "default": {},
-    "+augment": {"augment": {"rotation": 30.0, "scale": [0.7, 1.4], "nnunet_intensity": 1.0}},
+    "+augment": {"augment": NNUNET_AUGMENT},
 }
 
 
