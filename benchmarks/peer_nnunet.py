@@ -429,8 +429,10 @@ def main() -> None:
     root = a.out.resolve()
     raw = task_data(a.task, root)
     systems = a.systems.split(",")
-    if {"nnunet", "nnunet-noda"} & set(systems):
+    nnunet = [s for s in NNUNET_TRAINERS if s in systems]
+    if nnunet:
         install_trainer(a.nnunet_python)
+        os.environ["DISTMIS_PEER_ITERATIONS"] = str(a.iterations)
     rows = []
     for budget in a.budgets.split(","):
         for seed in [int(s) for s in a.seeds.split(",")]:
@@ -439,15 +441,14 @@ def main() -> None:
                 if system in systems:
                     rows.append(run_distmis(raw, budget, seed, where / folder, a.recipe, system == "finalize",
                                             augment=system == "distmis-aug"))  # fmt: skip
-            for system, trainer in NNUNET_TRAINERS.items():
-                if system in systems:  # the test cases of a distmis run of this seed
-                    searched = next(where / f / "run" for f in DISTMIS_FOLDERS.values()
-                                    if (where / f / "run" / "splits.json").is_file())  # fmt: skip
-                    splits = json.loads((searched / "splits.json").read_text())
-                    score = scorer_for(searched / "best", raw, splits["test"])
-                    os.environ["DISTMIS_PEER_ITERATIONS"] = str(a.iterations)
-                    rows.append(run_nnunet(a.nnunet_python, raw, splits, budget, seed, where / system, score,
-                                           os.cpu_count() or 1, trainer))  # fmt: skip
+            if nnunet:  # the test cases of a distmis run of this seed, for every nnU-Net system
+                searched = next(where / f / "run" for f in DISTMIS_FOLDERS.values()
+                                if (where / f / "run" / "splits.json").is_file())  # fmt: skip
+                splits = json.loads((searched / "splits.json").read_text())
+                score = scorer_for(searched / "best", raw, splits["test"])
+            for system in nnunet:
+                rows.append(run_nnunet(a.nnunet_python, raw, splits, budget, seed, where / system, score,
+                                       os.cpu_count() or 1, NNUNET_TRAINERS[system]))  # fmt: skip
             report(rows, root / a.task)
 
 
