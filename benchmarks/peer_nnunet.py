@@ -5,10 +5,11 @@ For each task, budget and seed:
 - **distmis**: ``distmis init DATA --budget B`` (its defaults otherwise, or ``--recipe``), ``distmis
   tune`` of the file it wrote (the search includes its own prepare), then ``distmis evaluate`` of the
   best model on the search's test split, with test-time mirroring as nnU-Net predicts by default;
-- **distmis + finalize** (``--systems finalize``): the same search planned for half the budget, then
-  ``distmis finalize --top 1`` of its best configuration on two rounds of folds at the search's
-  parallelism, and ``evaluate`` of the ensemble (``RUN/final``): the search and the ensemble inside
-  one budget;
+- **distmis + finalize** (``--systems finalize``): ``distmis init DATA --budget B --finalize``, which
+  plans the search for half the budget and writes a ``finalize`` section (its best configuration on
+  two rounds of folds at the search's parallelism); ``tune``, then ``distmis finalize RUN`` as the
+  file says, and ``evaluate`` of the ensemble (``RUN/final``): the search and the ensemble inside one
+  budget;
 - **distmis + nnU-Net augmentation** (``--systems distmis-aug``): the first, with nnU-Net's augmentation
   for a 3D patch turned on in the file init wrote (``benchlib.NNUNET_AUGMENT``);
 - **nnU-Net v2**: the same MSD task converted to nnU-Net's raw format (one file per channel,
@@ -174,9 +175,9 @@ def task_data(task: str, root: Path) -> Path:
 def run_distmis(
     raw: Path, budget: str, seed: int, out: Path, recipe: str | None, finalize: bool, augment: bool = False
 ) -> dict[str, Any]:
-    """distmis on the whole budget (the searched best), or with ``finalize``: the search on
-    :data:`SEARCH_SHARE` of it, then ``finalize`` of its best configuration on two rounds of folds
-    (:func:`finalize_folds`), and the ensemble scored; the wall time counts init, tune and finalize.
+    """distmis on the whole budget (the searched best), or with ``finalize``: init's ``--finalize``
+    plan (the search on half the budget, then ``finalize`` as the file's section says), and the
+    ensemble scored; the wall time counts init, tune and finalize.
     ``augment`` adds nnU-Net's augmentation to the file init wrote."""
     import yaml
 
@@ -187,8 +188,8 @@ def run_distmis(
         shutil.rmtree(out)
     out.mkdir(parents=True)
     plan = out / "plan.yaml"
-    search_budget = f"{round(_duration(budget) * SEARCH_SHARE)}s" if finalize else budget
-    init = [sys.executable, "-m", "distmis", "init", str(raw), "--budget", search_budget, "--out", str(plan)]
+    init = [sys.executable, "-m", "distmis", "init", str(raw), "--budget", budget, "--out", str(plan)]
+    init += ["--finalize"] if finalize else []
     init_s, _ = run(init + (["--recipe", recipe] if recipe else []), out / "init.log")
     doc = yaml.safe_load(plan.read_text())
     doc["search"]["seed"] = seed
@@ -201,9 +202,8 @@ def run_distmis(
                           out / "tune.log", env)  # fmt: skip
     final_s, final_gb, model = 0.0, 0.0, out / "run" / "best"
     if finalize:
-        folds = finalize_folds(doc["search"]["max_concurrent_trials"])
-        final_s, final_gb = run([sys.executable, "-m", "distmis", "finalize", str(out / "run"), "--top", "1",
-                                 "--folds", str(folds), "--no-pairs"], out / "finalize.log", env)  # fmt: skip
+        final_s, final_gb = run([sys.executable, "-m", "distmis", "finalize", str(out / "run")],
+                                out / "finalize.log", env)  # fmt: skip
         model = out / "run" / "final"
     evaluate = [sys.executable, "-m", "distmis", "evaluate", str(model), "--split", "test",
                 "--out", str(out / "test"), "--no-track", "--tta"]  # fmt: skip
@@ -225,18 +225,6 @@ def run_distmis(
     }
     result.write_text(json.dumps(data, indent=2))
     return data
-
-
-#: with ``--finalize``, the share of the budget the search is planned for: init plans two rounds of
-#: trials in it, and finalize's two rounds of folds of the best configuration, each as long as one of
-#: those trials, take about as long again as one round less its start-up
-SEARCH_SHARE = 0.5
-
-
-def finalize_folds(concurrency: int) -> int:
-    """Two rounds of folds at the search's parallelism (at least 2): every worker busy in both, as
-    init plans whole rounds of trials, and each fold model trained on most of the cases."""
-    return max(2, 2 * concurrency)
 
 
 # --------------------------------------------------------------------------- nnU-Net

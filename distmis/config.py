@@ -421,6 +421,21 @@ class ParallelismConfig(_Section):
         return self
 
 
+class FinalizeConfig(_Section):
+    """What ``distmis finalize`` of this search does where its command line is silent (an option
+    given there wins; a key left out takes finalize's own default). ``distmis init --budget B
+    --finalize`` writes it, so that the search and its finalize together spend B."""
+
+    top: int | None = Field(None, ge=1, description="configurations to cross-validate, best first (default 2)")
+    folds: int | None = Field(None, ge=2, description="cross-validation folds (default 5, as nnU-Net)")
+    seed: int | None = Field(None, ge=0, description="how cases are dealt into folds (default 0)")
+    tta: bool | None = Field(None, description="test-time mirroring in the out-of-fold predictions (default true)")
+    pairs: bool | None = Field(None, description="consider ensembles of two configurations (default true)")
+    postprocess: bool | None = Field(
+        None, description="consider keeping the largest connected component (default true)"
+    )
+
+
 class TrackingConfig(_Section):
     """MLflow: ``uri`` (default: ``$MLFLOW_TRACKING_URI``, else ``sqlite:///<out>/../mlflow.db``),
     ``experiment`` (default: the search name), and how long the end of a search waits for an
@@ -444,6 +459,7 @@ class ExperimentConfig(_Section):
     space: dict[str, ParamSpec] = Field(default_factory=dict)
     parallelism: ParallelismConfig = ParallelismConfig()
     tracking: TrackingConfig = TrackingConfig()
+    finalize: FinalizeConfig = FinalizeConfig()
 
     @model_validator(mode="after")
     def _patch_fits_unet(self) -> ExperimentConfig:
@@ -753,6 +769,7 @@ __all__ = [
     "AugmentConfig",
     "config_reference",
     "DataConfig",
+    "FinalizeConfig",
     "FoldConfig",
     "ExperimentConfig",
     "MODEL_SAMPLERS",

@@ -18,10 +18,23 @@ from distmis.cli._common import nonnegative_int, positive_int
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="a finished search directory (distmis tune's --out), or a comparison's mode directory")
     p.add_argument(
-        "--top", type=positive_int, default=None, help="configurations to cross-validate, best first (default 2)"
+        "--top",
+        type=positive_int,
+        default=None,
+        help="configurations to cross-validate, best first (default: the search file's finalize.top, else 2)",
     )
-    p.add_argument("--folds", type=positive_int, default=None, help="cross-validation folds (default 5, as nnU-Net)")
-    p.add_argument("--seed", type=nonnegative_int, default=None, help="how cases are dealt into folds (default 0)")
+    p.add_argument(
+        "--folds",
+        type=positive_int,
+        default=None,
+        help="cross-validation folds (default: the search file's finalize.folds, else 5, as nnU-Net)",
+    )
+    p.add_argument(
+        "--seed",
+        type=nonnegative_int,
+        default=None,
+        help="how cases are dealt into folds (default: the search file's finalize.seed, else 0)",
+    )
     p.add_argument(
         "--out", default=None, help="the finalize's directory (default RUN/finalize; the model goes to RUN/final)"
     )
@@ -40,7 +53,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-tta", action="store_true", help="no test-time mirroring in the out-of-fold predictions and final/"
     )
-    p.add_argument("--no-pairs", action="store_true", help="do not consider ensembles of two configurations")
+    p.add_argument(
+        "--no-pairs",
+        action="store_true",
+        help="do not consider ensembles of two configurations (also the search file's finalize.pairs: false)",
+    )
     p.add_argument(
         "--no-postprocess", action="store_true", help="do not consider keeping the largest connected component"
     )

@@ -49,6 +49,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "search stops at it (default: 8 trials of 12 epochs, no deadline)",
     )
     p.add_argument(
+        "--finalize",
+        action="store_true",
+        help="the budget pays for distmis finalize too: the search gets half of it, and the file's finalize "
+        "section cross-validates the best configuration in the other half (needs --budget)",
+    )
+    p.add_argument(
         "--workers",
         type=positive_int,
         default=None,
@@ -106,6 +112,8 @@ def run(args: argparse.Namespace) -> int:
         if not out.read_text(errors="replace").startswith(HEADER):
             raise OutputError(f"--out {out}: not written by distmis init; it is left as it is (choose another --out)")
     budget = parse_duration(args.budget) if args.budget else None
+    if args.finalize and budget is None:
+        raise ConfigError("--finalize: give --budget too; it splits a budget between the search and finalize")
     if budget is not None and args.gpu_memory is not None and args.step_seconds is None and not _has_gpu():
         raise ConfigError(
             "--budget with --gpu-memory: this machine has no GPU to time a step on; give --step-seconds "
@@ -121,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
         recipe=args.recipe,
         budget_seconds=budget,
         budget_text=args.budget,
+        finalize=args.finalize,
         concurrency=args.workers,
         cores=os.cpu_count() or 1,
         step_seconds=_step_timer(args, fp, channels=len(meta.modalities)) if budget is not None else None,

@@ -30,9 +30,11 @@ from distmis.data._normalize import describe as describe_normalisation
 from distmis.data._plan import HEADER as INIT_HEADER
 from distmis.data._plan import (
     MIN_TRIAL_STEPS,
+    SEARCH_SHARE,
     TRAINING_SHARE,
     PlanOptions,
     dataset_text,
+    finalize_folds,
     plan_search,
     relative_source,
     unplannable,
@@ -71,7 +73,9 @@ __all__ = [
     "INIT_HEADER",
     "MIN_TRIAL_STEPS",
     "PlanOptions",
+    "SEARCH_SHARE",
     "TRAINING_SHARE",
+    "finalize_folds",
     "plan_search",
     "relative_source",
     "SPLITS_FILE",

@@ -31,6 +31,10 @@ The rules:
   then gets 250 steps, else one round, else fewer trials at once; the steps left over lengthen the
   trials; no early stopping (every trial finishes), and the search stops at the deadline
   (``search.time_budget``). Without a budget: 8 trials of 12 epochs, each at least 250 steps;
+- **finalize** (``--budget B --finalize``): the search is planned for half of B, and the file's
+  ``finalize`` section has ``distmis finalize`` cross-validate the best configuration alone (no
+  pairs) on two rounds of folds at the search's parallelism, each fold as long as a trial, so that
+  the two together take about B;
 - **width on a CPU**: nnU-Net's 32 base filters when the budget still runs two rounds of trials with
   them, else 16, else 8 (a 32-filter step is 7x an 8-filter one on a CPU core at 48 x 56 x 48);
   on a GPU always the recipe's.
@@ -61,6 +65,11 @@ MAX_EPOCHS, MIN_EPOCH_STEPS = 10, 10
 #: the share of a budget planned for training steps; the rest is start-up, preparing and validation
 #: (measured on the anatomy task at 5 minutes: 14 s to the first step, 0.4 s of validation an epoch)
 TRAINING_SHARE = 0.8
+#: with ``--finalize``, the share of the budget the search is planned for: init plans two rounds of
+#: trials in it, and finalize's two rounds of folds of the best configuration, each as long as one of
+#: those trials, take about as long again (on the anatomy task at 20 minutes, the ensemble of this
+#: split scored above the search given the whole budget: docs/benchmarks.md)
+SEARCH_SHARE = 0.5
 #: below this many labelled cases the split keeps more of them for training
 SMALL_DATASET = 20
 #: one case each to train, validate and test on: fewer cannot be split into a search and its test
@@ -74,11 +83,39 @@ class PlanOptions:
     gpu_memory_gb: float | None = None
     recipe: str = "distmis"
     budget_seconds: float | None = None
-    budget_text: str | None = None  # as the user wrote it, for ``search.time_budget``
+    budget_text: str | None = None  # as the user wrote it
+    #: the budget also pays for ``distmis finalize`` of the search's best configuration (``--finalize``)
+    finalize: bool = False
     concurrency: int | None = None  # trials at once (``--workers``)
     cores: int = 2
     #: seconds of one training step of (filters, patch): measured by the caller, or given for the target
     step_seconds: Callable[[int, tuple[int, int, int]], float] | None = None
+
+    @property
+    def search_seconds(self) -> float | None:
+        """The search's own wall time: the budget, or its :data:`SEARCH_SHARE` with ``finalize``."""
+        if self.budget_seconds is None:
+            return None
+        return self.budget_seconds * SEARCH_SHARE if self.finalize else self.budget_seconds
+
+    @property
+    def search_text(self) -> str | None:
+        """``search.time_budget`` as written: the user's text, or the search's share spelt out."""
+        seconds = self.search_seconds
+        if seconds is None or not self.finalize:
+            return self.budget_text
+        return spell_duration(seconds)
+
+
+def spell_duration(seconds: float) -> str:
+    """``1h30m``, ``10m``, ``2m30s``: a wall time as ``parse_duration`` reads it, to the second."""
+    left = max(1, round(seconds))
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if left >= size:
+            parts.append(f"{left // size}{unit}")
+            left %= size
+    return "".join(parts)
 
 
 @dataclass(frozen=True)
@@ -253,7 +290,7 @@ def _size(
     concurrency = options.concurrency or (1 if gpu else 2)
     widths = _widths(recipe, gpu)
     patches = {w: _patch(shape, budget_gb=memory_gb, depth=depth, channels=channels, filters=w) for w in widths}
-    if options.budget_seconds is None or options.step_seconds is None:
+    if options.search_seconds is None or options.step_seconds is None:
         width = widths[-1]
         steps_per_epoch = math.ceil(MIN_TRIAL_STEPS / EPOCHS)
         return Sizing(
@@ -266,7 +303,7 @@ def _size(
             step_seconds=None,
             why=f"no --budget: {TRIALS} trials of {EPOCHS} epochs, each at least {MIN_TRIAL_STEPS} steps",
         )
-    steps_total = options.budget_seconds * TRAINING_SHARE * concurrency  # in step-seconds, per width below
+    steps_total = options.search_seconds * TRAINING_SHARE * concurrency  # in step-seconds, per width below
     narrowest = widths[-1]
     base_seconds = options.step_seconds(narrowest, tuple(patches[narrowest]))  # type: ignore[arg-type]
     mf = recipe.model.get("max_filters")
@@ -295,7 +332,7 @@ def _size(
     trial_steps = max(1, int(total / trials))
     epochs = max(1, min(MAX_EPOCHS, trial_steps // MIN_EPOCH_STEPS))
     why = (
-        f"{options.budget_text} at {seconds:.2f} s a step ({width} filters): {rounds} round(s) of {concurrency} "
+        f"{options.search_text} at {seconds:.2f} s a step ({width} filters): {rounds} round(s) of {concurrency} "
         f"trial(s) of {epochs * (trial_steps // epochs)} steps"
     )
     if trial_steps < MIN_TRIAL_STEPS:
@@ -485,9 +522,14 @@ def _search_lines(plan: _Plan) -> list[str]:
         f"  points: [{_flow(point)}]   # the {plan.recipe.name} recipe's own configuration, tried first",
         "  scheduler: {type: none}   # no early stopping: every trial runs all its epochs",
     ]
-    if plan.options.budget_text:
+    if plan.options.search_text:
+        share = (
+            f" ({SEARCH_SHARE:.0%} of {plan.options.budget_text}; finalize has the rest)"
+            if plan.options.finalize
+            else ""
+        )
         lines.append(
-            f"  time_budget: {plan.options.budget_text}   # no trial starts after it; those running then are stopped"
+            f"  time_budget: {plan.options.search_text}   # no trial starts after it; those running then are stopped{share}"
         )
     lines.append("space:")
     lines += [f"  {key}: {_flow(spec)}" for key, spec in space.items()]
@@ -495,7 +537,31 @@ def _search_lines(plan: _Plan) -> list[str]:
     lines.append(
         f"parallelism: {{mode: experiment, workers_per_trial: 1, cpus_per_worker: {cpus}, gpus_per_worker: {plan.gpus}}}"
     )
+    if plan.options.finalize:
+        lines += _finalize_lines(plan)
     return lines
+
+
+def finalize_folds(concurrency: int, cases: int) -> int:
+    """Two rounds of folds at the search's parallelism (at least 2, at most one a case): every worker
+    busy in both, as the search's whole rounds of trials, and each fold model trained on most of the
+    cases."""
+    return max(2, min(2 * concurrency, cases))
+
+
+def _finalize_lines(plan: _Plan) -> list[str]:
+    """The rest of the budget: ``distmis finalize`` of the best configuration on two rounds of folds,
+    each fold as long as a search trial, so that finalize takes about what the search took."""
+    from distmis.data._prepare import split_cases
+
+    split = split_cases([str(i) for i in range(int(plan.fp["cases"]))], plan.split, 0)
+    cv = len(split["train"]) + len(split["val"])  # finalize's folds deal out every case outside the test split
+    folds = finalize_folds(plan.sizing.concurrency, cv)
+    return [
+        f"finalize: {{top: 1, folds: {folds}, pairs: false}}   # distmis finalize RUN: the best configuration "
+        f"on {folds} folds, {-(-folds // plan.sizing.concurrency)} round(s) of {plan.sizing.concurrency} "
+        f"(the other {1 - SEARCH_SHARE:.0%} of {plan.options.budget_text})",
+    ]
 
 
 def relative_source(dataset: Path, file: Path) -> str:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,7 @@ from distmis.data import (
     load_manifest,
     read_search_splits,
 )
-from distmis.exceptions import ConfigError, TuningError
+from distmis.exceptions import ConfigError, DataError, TuningError
 from distmis.files import check_location, marker_info
 from distmis.finalize._records import Candidate, FinalizeRecord, read_selection
 from distmis.links import refuse_link
@@ -49,8 +51,8 @@ class FinalizeOptions:
     """What a user asks of ``distmis finalize``: built once by the command line (or a caller) and
     handed whole to :func:`plan_finalize`.
 
-    A choice left as ``None`` takes :data:`DEFAULTS` (a new finalize) or the recorded value
-    (``resume``).
+    A choice left as ``None`` takes the search file's ``finalize`` section, else :data:`DEFAULTS`
+    (a new finalize), or the recorded value (``resume``).
     """
 
     run: Path  # the finished search directory
@@ -113,9 +115,10 @@ def _spell(key: str, value: Any) -> str:
 def plan_finalize(options: FinalizeOptions) -> FinalizePlan:
     """Read the search in ``options.run`` and plan its finalize (on ``--resume``, the recorded plan).
 
-    A choice left as ``None`` takes :data:`DEFAULTS` (a new finalize) or the recorded value
-    (``resume``); one given on ``resume`` must equal the recorded one, because the folds already
-    trained were trained for it: a resumed finalize never silently does something else.
+    A choice left as ``None`` takes the search file's ``finalize`` section, else :data:`DEFAULTS` (a
+    new finalize), or the recorded value (``resume``); one given on ``resume`` must equal the
+    recorded one, because the folds already trained were trained for it: a resumed finalize never
+    silently does something else.
 
     Raises:
         TuningError: not a finished search, K or F out of range, a finalize already there, a
@@ -147,13 +150,15 @@ def plan_finalize(options: FinalizeOptions) -> FinalizePlan:
         check_resumed_choices(recorded, given, chosen, _spell)
         check_tune_state(out_dir / RunFile.TUNE_DIR, command="the finalize")
     else:
-        chosen = {k: DEFAULTS[k] if v is None else v for k, v in given.items()}
+        chosen = _new_choices(given, config)
     top, folds, seed = int(chosen["top"]), int(chosen["folds"]), int(chosen["seed"])
     tta, pairs, postprocess = bool(chosen["tta"]), bool(chosen["pairs"]), bool(chosen["postprocess"])
-    candidates = _candidates(summary, config, top)
-    manifest = load_manifest(prepared)
-    groups = fold_groups(cv_cases(manifest), folds, seed)
-    _check_fold_sizes(config, groups, candidates)
+    planned = _planned_keys(given, config) if not resume else set()
+    with _named_in_search_file(planned, run / RunFile.SEARCH_FILE):
+        candidates = _candidates(summary, config, top)
+        manifest = load_manifest(prepared)
+        groups = fold_groups(cv_cases(manifest), folds, seed)
+        _check_fold_sizes(config, groups, candidates)
     plan = FinalizePlan(
         run=run,
         out=out_dir,
@@ -171,7 +176,8 @@ def plan_finalize(options: FinalizeOptions) -> FinalizePlan:
         search_tracking=_search_tracking(run),
         splits=splits,
     )
-    check_fold_classes(plan)
+    with _named_in_search_file(planned, run / RunFile.SEARCH_FILE):
+        check_fold_classes(plan)
     check_final(final_dir, out_dir, resume=resume, overwrite=overwrite)
     return plan
 
@@ -254,6 +260,34 @@ def _splits_of_trial_models(run: Path) -> tuple[CaseSplits | None, str]:
         if splits is not None:
             return splits, f"the trial model {record.parent}"
     return None, ""
+
+
+def _new_choices(given: dict[str, Any], config: ExperimentConfig) -> dict[str, Any]:
+    """A new finalize's choices: the command line's, else the search file's ``finalize`` section
+    (where ``distmis init --finalize`` planned them for the budget), else :data:`DEFAULTS`."""
+    planned = config.finalize.model_dump()
+    return {k: v if v is not None else planned[k] if planned[k] is not None else DEFAULTS[k] for k, v in given.items()}
+
+
+def _planned_keys(given: dict[str, Any], config: ExperimentConfig) -> set[str]:
+    """The choices a new finalize takes from the search file's ``finalize`` section."""
+    return {k for k, v in config.finalize.model_dump().items() if v is not None and given.get(k) is None}
+
+
+@contextmanager
+def _named_in_search_file(planned: set[str], search_file: Path) -> Iterator[None]:
+    """An error about ``--top N`` or ``--folds N`` that the user never typed names the search file's
+    key it came from instead, so that they know which line to change."""
+    try:
+        yield
+    except (TuningError, DataError) as exc:
+        text = str(exc)
+        for key in planned & {"top", "folds", "seed"}:
+            option = _OPTIONS[key]
+            if text.startswith(f"{option} "):
+                number, _, rest = text.removeprefix(f"{option} ").partition(":")
+                raise type(exc)(f"{search_file}: finalize.{key} {number} (or give {option}):{rest}") from None
+        raise
 
 
 def _read_search(run: Path) -> tuple[SearchSummaryFile, ExperimentConfig, Path]:

@@ -157,6 +157,35 @@ def test_a_budget_is_spent_on_trials_that_train(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "--budget" in bad.stderr and not (tmp_path / "bad.yaml").exists()
 
 
+def test_a_budget_with_finalize_leaves_finalize_its_half(tmp_path: Path) -> None:
+    """--budget B --finalize: the search is planned for and stopped at half of B, and the file's
+    finalize section cross-validates the best configuration on folds that fit in the other half."""
+    from distmis.config import parse_duration
+    from distmis.data import SEARCH_SHARE, TRAINING_SHARE
+
+    raw = write_msd(tmp_path / "raw", cases=10, shape=(32, 32, 32))
+    for budget, seconds, workers in (("20m", 0.3, 2), ("1h", 0.5, 4), ("3m", 0.3, 2)):
+        config, _, text = _claims(
+            tmp_path, raw, "--budget", budget, "--finalize", "--step-seconds", str(seconds), "--workers", str(workers)
+        )
+        whole = run_distmis(["validate", "plan.yaml"], cwd=tmp_path).stdout
+        assert "then distmis finalize with top 1" in whole, whole
+        half = parse_duration(budget) * SEARCH_SHARE
+        assert config.search.time_budget_seconds() == pytest.approx(half, abs=1)
+        assert f"of {budget}; finalize has the rest" in text
+        f = config.finalize
+        assert (f.top, f.pairs) == (1, False) and f.folds is not None and 2 <= f.folds <= 9  # 9 cases outside test
+        concurrency = config.search.max_concurrent_trials
+        step = seconds * (config.model.filters / 32) ** 2
+        trial_seconds = config.train.epochs * config.train.steps_per_epoch * step
+        rounds = -(-config.search.num_samples // concurrency)
+        assert rounds * trial_seconds <= half * TRAINING_SHARE + 1e-6, (budget, text)
+        assert -(-f.folds // concurrency) * trial_seconds <= half * TRAINING_SHARE + 1e-6, (budget, text)
+    alone = run_distmis(["init", str(raw), "--out", "alone.yaml", "--finalize"], cwd=tmp_path)
+    assert alone.returncode == 2 and "--finalize" in alone.stderr and "--budget" in alone.stderr
+    assert not (tmp_path / "alone.yaml").exists()
+
+
 def test_a_budget_times_the_planned_network_here(tmp_path: Path) -> None:
     raw = write_msd(tmp_path / "raw", cases=6, shape=(16, 16, 16))
     config, _, text = _claims(tmp_path, raw, "--budget", "3m")

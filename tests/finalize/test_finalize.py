@@ -225,6 +225,37 @@ def test_finalize_refuses_what_the_search_cannot_give(search: Path, args: list[s
 
 
 @pytest.mark.slow
+def test_the_search_files_finalize_section_fills_in_what_the_command_line_leaves(search: Path, tmp_path: Path) -> None:
+    """``distmis init --finalize`` plans finalize in the search file: finalize takes those choices
+    where its options are silent, and an option given wins over the file."""
+    import yaml
+
+    from distmis.finalize import FinalizeOptions, plan_finalize
+    from distmis.schema import RunFile
+
+    planned = tmp_path / "planned"
+    shutil.copytree(search, planned, ignore=shutil.ignore_patterns("finalize", "final", "trials", "plots"))
+    doc = yaml.safe_load((planned / RunFile.SEARCH_FILE).read_text())
+    doc["finalize"] = {"top": 1, "folds": 3, "pairs": False}
+    (planned / RunFile.SEARCH_FILE).write_text(yaml.safe_dump(doc, sort_keys=False))
+    plan = plan_finalize(FinalizeOptions(run=planned, out=tmp_path / "fin"))
+    assert (len(plan.candidates), plan.folds, plan.pairs, plan.tta) == (1, 3, False, True)
+    given = plan_finalize(FinalizeOptions(run=planned, out=tmp_path / "fin", folds=2, top=2))
+    assert (len(given.candidates), given.folds, given.pairs) == (2, 2, False)
+    plain = plan_finalize(FinalizeOptions(run=search, out=tmp_path / "plain"))
+    assert (len(plain.candidates), plain.folds, plain.pairs) == (2, 5, True)
+    assert not (tmp_path / "fin").exists() and not (tmp_path / "plain").exists()  # planning writes nothing
+    # a planned choice the data cannot give is refused naming the file's key, not an option never typed
+    doc["finalize"] = {"folds": 99}
+    (planned / RunFile.SEARCH_FILE).write_text(yaml.safe_dump(doc, sort_keys=False))
+    result = _distmis("finalize", str(planned), "--out", str(tmp_path / "never"))
+    errors = [line for line in result.stderr.splitlines() if line.startswith("distmis: error:")]
+    assert result.returncode == 2 and len(errors) == 1, result.stderr[-1500:]
+    assert f"{planned / RunFile.SEARCH_FILE}: finalize.folds 99 (or give --folds):" in errors[0], errors
+    assert not (tmp_path / "never").exists()
+
+
+@pytest.mark.slow
 def test_finalize_of_a_run_without_results_is_refused(search: Path, tmp_path: Path) -> None:
     unfinished = tmp_path / "unfinished"
     shutil.copytree(search, unfinished, ignore=shutil.ignore_patterns("results.csv", "finalize", "final"))
