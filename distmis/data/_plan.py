@@ -33,7 +33,8 @@ The rules:
   (``search.time_budget``). Without a budget: 8 trials of 12 epochs, each at least 250 steps;
 - **finalize** (``--budget B --finalize``): the search is planned for half of B, and the file's
   ``finalize`` section has ``distmis finalize`` cross-validate the best configuration alone (no
-  pairs) on two rounds of folds at the search's parallelism, each fold as long as a trial, so that
+  pairs) on as many rounds of folds at the search's parallelism as the search ran rounds of trials
+  (at least 2 folds, at most the cases of the rarest class), each fold as long as a trial, so that
   the two together take about B;
 - **width on a CPU**: nnU-Net's 32 base filters when the budget still runs two rounds of trials with
   them, else 16, else 8 (a 32-filter step is 7x an 8-filter one on a CPU core at 48 x 56 x 48);
@@ -65,10 +66,10 @@ MAX_EPOCHS, MIN_EPOCH_STEPS = 10, 10
 #: the share of a budget planned for training steps; the rest is start-up, preparing and validation
 #: (measured on the anatomy task at 5 minutes: 14 s to the first step, 0.4 s of validation an epoch)
 TRAINING_SHARE = 0.8
-#: with ``--finalize``, the share of the budget the search is planned for: init plans two rounds of
-#: trials in it, and finalize's two rounds of folds of the best configuration, each as long as one of
-#: those trials, take about as long again (on the anatomy task at 20 minutes, the ensemble of this
-#: split scored above the search given the whole budget: docs/benchmarks.md)
+#: with ``--finalize``, the share of the budget the search is planned for: init plans its rounds of
+#: trials in it, and finalize's as many rounds of folds, each as long as one of those trials, take
+#: about as long again (on the anatomy task at 20 minutes this ensemble scored level with the search
+#: given the whole budget, and above nnU-Net v2 by 2-2.5 points: docs/benchmarks.md)
 SEARCH_SHARE = 0.5
 #: below this many labelled cases the split keeps more of them for training
 SMALL_DATASET = 20
@@ -542,25 +543,33 @@ def _search_lines(plan: _Plan) -> list[str]:
     return lines
 
 
-def finalize_folds(concurrency: int, cases: int) -> int:
-    """Two rounds of folds at the search's parallelism (at least 2, at most one a case): every worker
-    busy in both, as the search's whole rounds of trials, and each fold model trained on most of the
-    cases."""
-    return max(2, min(2 * concurrency, cases))
+def finalize_folds(concurrency: int, rounds: int, cases: int) -> int:
+    """As many rounds of folds at the search's parallelism as the search ran rounds of trials (at
+    least 2 folds, at most one a case): every worker busy, and finalize as long as the search.
+    ``cases``: those the folds can deal out, or fewer where a class is in fewer (a fold whose
+    validation cases lack a class has no cross-validated Dice for it, and finalize refuses it)."""
+    return max(2, min(rounds * concurrency, cases))
 
 
 def _finalize_lines(plan: _Plan) -> list[str]:
-    """The rest of the budget: ``distmis finalize`` of the best configuration on two rounds of folds,
-    each fold as long as a search trial, so that finalize takes about what the search took."""
+    """The rest of the budget: ``distmis finalize`` of the best configuration on the search's rounds
+    of folds, each fold as long as a search trial, so that finalize takes about what the search took."""
     from distmis.data._prepare import split_cases
 
     split = split_cases([str(i) for i in range(int(plan.fp["cases"]))], plan.split, 0)
     cv = len(split["train"]) + len(split["val"])  # finalize's folds deal out every case outside the test split
-    folds = finalize_folds(plan.sizing.concurrency, cv)
+    present = [int(row["cases_with_label"]) for row in plan.fp["labels"].values()]
+    rarest = min((n for n in present if n > 0), default=cv)
+    at_once = plan.sizing.concurrency
+    search_rounds = -(-plan.sizing.trials // at_once)
+    folds = finalize_folds(at_once, search_rounds, min(cv, rarest))
+    rounds = -(-folds // at_once)
+    spent = f"the other {1 - SEARCH_SHARE:.0%} of {plan.options.budget_text}"
+    if rounds > search_rounds:  # one trial at a time for one round: two folds take twice the search
+        spent = f"{rounds} times the search's time: the budget buys one trial, finalize needs 2 folds"
     return [
         f"finalize: {{top: 1, folds: {folds}, pairs: false}}   # distmis finalize RUN: the best configuration "
-        f"on {folds} folds, {-(-folds // plan.sizing.concurrency)} round(s) of {plan.sizing.concurrency} "
-        f"(the other {1 - SEARCH_SHARE:.0%} of {plan.options.budget_text})",
+        f"on {folds} folds, {rounds} round(s) of {at_once} at once as the search's trials ({spent})",
     ]
 
 
