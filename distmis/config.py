@@ -435,6 +435,11 @@ class FinalizeConfig(_Section):
         None, description="consider keeping the largest connected component (default true)"
     )
 
+    def described(self) -> str:
+        """``top 1, folds 4, pairs false``: the keys set, as a user reads them ("" when none is)."""
+        planned = {k: v for k, v in self.model_dump().items() if v is not None}
+        return ", ".join(f"{k} {str(v).lower() if isinstance(v, bool) else v}" for k, v in planned.items())
+
 
 class TrackingConfig(_Section):
     """MLflow: ``uri`` (default: ``$MLFLOW_TRACKING_URI``, else ``sqlite:///<out>/../mlflow.db``),

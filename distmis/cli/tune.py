@@ -50,4 +50,6 @@ def run(args: argparse.Namespace) -> int:
 
     if summary.interrupted:
         return exitcodes.INTERRUPTED
+    if summary.ok and config.finalize.described():
+        print(f"next, as the file plans: distmis finalize {summary.out} ({config.finalize.described()})", flush=True)
     return exitcodes.OK if summary.ok else exitcodes.FAILED

@@ -106,12 +106,6 @@ def describe_space(config: ExperimentConfig) -> str:
         lines.append(f"  starting points: {len(s.points)} (tried first, then the sampler's own)")
     if s.algorithm == "grid":
         lines.append(f"  grid size: {len(grid_points(config.space))}")
-    planned = {k: v for k, v in config.finalize.model_dump().items() if v is not None}
-    if planned:
-        lines.append(f"  then distmis finalize with {_flow(planned)} (the file's finalize section)")
+    if config.finalize.described():
+        lines.append(f"  then distmis finalize with {config.finalize.described()} (the file's finalize section)")
     return "\n".join(lines)
-
-
-def _flow(values: dict[str, object]) -> str:
-    """``top 1, folds 4, pairs false``: a section's keys as a user reads them."""
-    return ", ".join(f"{k} {str(v).lower() if isinstance(v, bool) else v}" for k, v in values.items())
