@@ -240,13 +240,18 @@ class _Plan:
         return (0.8, 0.1, 0.1) if self.small else (0.7, 0.15, 0.15)
 
     @property
+    def split_sizes(self) -> dict[str, int]:
+        """Cases in each split as prepare will deal them (train, val, test)."""
+        from distmis.data._prepare import split_cases
+
+        split = split_cases([str(i) for i in range(int(self.fp["cases"]))], self.split, 0)
+        return {name: len(cases) for name, cases in split.items()}
+
+    @property
     def batch(self) -> int:
         """nnU-Net's batch, or as many cases as train when fewer (a batch larger than the training
         split is refused by validate)."""
-        from distmis.data._prepare import split_cases
-
-        train = split_cases([str(i) for i in range(int(self.fp["cases"]))], self.split, 0)["train"]
-        return min(BATCH, len(train))
+        return min(BATCH, self.split_sizes["train"])
 
 
 def _decide(fp: dict[str, Any], options: PlanOptions, modalities: list[str]) -> _Plan:
@@ -554,10 +559,8 @@ def finalize_folds(concurrency: int, rounds: int, cases: int) -> int:
 def _finalize_lines(plan: _Plan) -> list[str]:
     """The rest of the budget: ``distmis finalize`` of the best configuration on the search's rounds
     of folds, each fold as long as a search trial, so that finalize takes about what the search took."""
-    from distmis.data._prepare import split_cases
-
-    split = split_cases([str(i) for i in range(int(plan.fp["cases"]))], plan.split, 0)
-    cv = len(split["train"]) + len(split["val"])  # finalize's folds deal out every case outside the test split
+    sizes = plan.split_sizes
+    cv = sizes["train"] + sizes["val"]  # finalize's folds deal out every case outside the test split
     present = [int(row["cases_with_label"]) for row in plan.fp["labels"].values()]
     rarest = min((n for n in present if n > 0), default=cv)
     at_once = plan.sizing.concurrency
