@@ -12,6 +12,10 @@ For each task, budget and seed:
   budget;
 - **distmis + nnU-Net augmentation** (``--systems distmis-aug``): the first, with nnU-Net's augmentation
   for a 3D patch turned on in the file init wrote (``benchlib.NNUNET_AUGMENT``);
+- **one part changed** (``--set KEY=VALUE``, repeatable, for every distmis system): the file init
+  wrote with a dotted key set to a YAML value (``--set model.norm=instance``, ``--set
+  train.lr_schedule=poly``), so each part of a recipe can be measured on and off at the same budget;
+  its runs keep a folder of their own;
 - **nnU-Net v2**: the same MSD task converted to nnU-Net's raw format (one file per channel,
   ``dataset.json`` with ``channel_names``, ``labels`` and ``file_ending``) with the search's test
   cases as ``imagesTs`` and every other labelled case for training; ``nnUNetv2_plan_and_preprocess``;
@@ -172,18 +176,78 @@ def task_data(task: str, root: Path) -> Path:
 
 
 # --------------------------------------------------------------------------- distmis
+def parse_sets(texts: list[str]) -> dict[str, Any]:
+    """``--set KEY=VALUE`` texts as ``{dotted key: YAML value}``, in the order given."""
+    import yaml
+
+    sets: dict[str, Any] = {}
+    for text in texts:
+        key, eq, value = text.partition("=")
+        if not eq or not key or any(not part for part in key.split(".")):
+            raise SystemExit(f"peer_nnunet: error: --set {text!r}: expected KEY=VALUE with a dotted KEY")
+        sets[key] = yaml.safe_load(value)
+    return sets
+
+
+def apply_sets(doc: dict[str, Any], sets: dict[str, Any]) -> None:
+    """Set each dotted key of ``sets`` in the search file ``doc``, making sections that are missing."""
+    for key, value in sets.items():
+        *sections, leaf = key.split(".")
+        node = doc
+        for section in sections:
+            node = node.setdefault(section, {})
+            if not isinstance(node, dict):
+                raise SystemExit(f"peer_nnunet: error: --set {key}: {section} is not a section of init's file")
+        node[leaf] = value
+
+
+def sets_label(sets: dict[str, Any]) -> str:
+    """How ``sets`` read in a system's name and folder: ``model.norm=instance,train.lr_schedule=poly``."""
+    return ",".join(f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in sets.items())
+
+
+def sets_folder(sets: dict[str, Any]) -> str:
+    """The folder suffix of a ``--set`` run: its label where that is a plain file name, else a digest."""
+    import hashlib
+    import re
+
+    label = sets_label(sets)
+    if re.fullmatch(r"[A-Za-z0-9._=,+-]{1,120}", label):
+        return f"+{label}"
+    return "+set-" + hashlib.sha256(label.encode()).hexdigest()[:12]
+
+
 def run_distmis(
-    raw: Path, budget: str, seed: int, out: Path, recipe: str | None, finalize: bool, augment: bool = False
+    raw: Path,
+    budget: str,
+    seed: int,
+    out: Path,
+    recipe: str | None,
+    finalize: bool,
+    augment: bool = False,
+    sets: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """distmis on the whole budget (the searched best), or with ``finalize``: init's ``--finalize``
     plan (the search on half the budget, then ``finalize`` as the file's section says), and the
     ensemble scored; the wall time counts init, tune and finalize.
-    ``augment`` adds nnU-Net's augmentation to the file init wrote."""
+    ``augment`` adds nnU-Net's augmentation to the file init wrote, ``sets`` the ``--set`` keys."""
     import yaml
 
+    sets = sets or {}
+    system = (
+        "distmis"
+        + (" + finalize" if finalize else "")
+        + (" + nnU-Net augmentation" if augment else "")
+        + (f" ({recipe})" if recipe else "")
+        + (f" [{sets_label(sets)}]" if sets else "")
+    )
     result = out / "result.json"
     if result.is_file():
-        return json.loads(result.read_text())
+        kept = json.loads(result.read_text())
+        if kept.get("system") != system:  # another --recipe or --set ran here: never report it as this one
+            raise SystemExit(f"peer_nnunet: error: {out} holds a run of {kept.get('system')!r}, not {system!r}; "
+                             "give another --out")  # fmt: skip
+        return kept
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
@@ -196,6 +260,7 @@ def run_distmis(
     doc["train"]["seed"] = seed
     if augment:
         doc["train"]["augment"] = {**doc["train"].get("augment", {}), **NNUNET_AUGMENT}
+    apply_sets(doc, sets)
     plan.write_text(yaml.safe_dump(doc, sort_keys=False))
     env = {"DISTMIS_DATA_HOME": str(out / "data"), "MLFLOW_TRACKING_URI": f"sqlite:///{out / 'mlflow.db'}"}
     tune_s, tune_gb = run([sys.executable, "-m", "distmis", "tune", str(plan), "--out", str(out / "run")],
@@ -211,10 +276,7 @@ def run_distmis(
     summary = json.loads((out / "test" / "summary.json").read_text())
     dice = {k.removeprefix("dice_"): v["mean"] for k, v in summary["metrics"].items() if k.startswith("dice_")}
     data = {
-        "system": "distmis"
-        + (" + finalize" if finalize else "")
-        + (" + nnU-Net augmentation" if augment else "")
-        + (f" ({recipe})" if recipe else ""),
+        "system": system,
         "budget": budget,
         "seed": seed,
         "train_seconds": tune_s + final_s,
@@ -410,10 +472,14 @@ def main() -> None:
                    "ensemble inside the rest), distmis-aug (with nnU-Net's augmentation), nnunet, "
                    "nnunet-noda (its NoDA variant)")  # fmt: skip
     p.add_argument("--recipe", default=None, help="distmis init --recipe (default: init's)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
+                   help="set a dotted key of init's file to a YAML value for every distmis system (repeatable), "
+                   "e.g. model.norm=instance: one part of a recipe on or off")  # fmt: skip
     p.add_argument("--nnunet-python", default=sys.executable, help="the Python that has nnunetv2 (the peers extra)")
     p.add_argument("--iterations", type=int, default=25, help="nnU-Net iterations per epoch")
     add_out_option(p, "peer_nnunet", default=Path("runs/peer"))
     a = p.parse_args()
+    sets = parse_sets(a.sets)
     root = a.out.resolve()
     raw = task_data(a.task, root)
     systems = a.systems.split(",")
@@ -427,11 +493,11 @@ def main() -> None:
             where = root / a.task / budget / f"seed{seed}"
             for system, folder in DISTMIS_FOLDERS.items():
                 if system in systems:
+                    folder += sets_folder(sets) if sets else ""
                     rows.append(run_distmis(raw, budget, seed, where / folder, a.recipe, system == "finalize",
-                                            augment=system == "distmis-aug"))  # fmt: skip
+                                            augment=system == "distmis-aug", sets=sets))  # fmt: skip
             if nnunet:  # the test cases of a distmis run of this seed, for every nnU-Net system
-                searched = next(where / f / "run" for f in DISTMIS_FOLDERS.values()
-                                if (where / f / "run" / "splits.json").is_file())  # fmt: skip
+                searched = min(where.glob("*/run/splits.json")).parent  # every distmis run of a seed splits alike
                 splits = json.loads((searched / "splits.json").read_text())
                 score = scorer_for(searched / "best", raw, splits["test"])
             for system in nnunet:
