@@ -497,7 +497,9 @@ def main() -> None:
                     rows.append(run_distmis(raw, budget, seed, where / folder, a.recipe, system == "finalize",
                                             augment=system == "distmis-aug", sets=sets))  # fmt: skip
             if nnunet:  # the test cases of a distmis run of this seed, for every nnU-Net system
-                searched = min(where.glob("*/run/splits.json")).parent  # every distmis run of a seed splits alike
+                # prepare splits by data.prepare.seed, so every distmis run here splits alike unless --set
+                # changed data.prepare; the plain run's folder sorts first
+                searched = min(where.glob("*/run/splits.json")).parent
                 splits = json.loads((searched / "splits.json").read_text())
                 score = scorer_for(searched / "best", raw, splits["test"])
             for system in nnunet:
