@@ -9,7 +9,7 @@ planning and then searches the space around it. Two recipes are named:
   SGD with Nesterov momentum 0.99, weight decay 3e-5, the gradient's norm clipped at 12, learning
   rate 1e-2 with poly decay over every iteration; a third of the patches centred on foreground.
   Its depth follows nnU-Net's planner: one level per halving while the deepest maps keep 4 voxels,
-  at most 6 levels. On a CPU the base width may be planned narrower (:data:`CPU_FILTERS`, the plan's rule).
+  at most 6 levels. On a CPU the base width may be planned narrower (:attr:`Recipe.cpu_widths`).
 - ``distmis``: the recipe distmis trained with before: 8 filters, group normalisation, ReLU, max
   pooling, one output; Adam at a constant learning rate, searched over 1e-3 .. 2e-2.
 """
@@ -24,8 +24,6 @@ from typing import Any
 NNUNET_FILTERS, NNUNET_MAX_FILTERS = 32, 320
 #: nnU-Net's planner stops pooling an axis below this many voxels
 NNUNET_MIN_FEATURE_MAP = 4
-#: the narrower widths a CPU plan may take instead of nnU-Net's 32, widest first
-CPU_FILTERS = (16, 8)
 
 
 @dataclass(frozen=True)
@@ -44,6 +42,9 @@ class Recipe:
     deepest_map: int = 16
     #: ... within these levels
     depth_range: tuple[int, int] = (3, 5)
+    #: the base widths a CPU plan may take, widest first (a GPU plan takes ``model["filters"]``): a wider
+    #: step costs more on a CPU, so a short budget buys more steps of a narrow network
+    cpu_widths: tuple[int, ...] = (8,)
 
     def depth(self, smallest_side: int) -> int:
         """The U-Net's levels for a patch whose smallest side is ``smallest_side``."""
@@ -81,6 +82,7 @@ NNUNET = Recipe(
     # nnU-Net's planner: halve while the deepest maps keep NNUNET_MIN_FEATURE_MAP voxels, at most 6 stages
     deepest_map=NNUNET_MIN_FEATURE_MAP,
     depth_range=(2, 6),
+    cpu_widths=(NNUNET_FILTERS, 16, 8),
 )
 
 DISTMIS = Recipe(
@@ -98,6 +100,9 @@ DISTMIS = Recipe(
     train={"lr_schedule": "constant", "warmup_epochs": 0},
     space={"lr": {"loguniform": [1.0e-3, 2.0e-2]}, "beta_2": {"choice": [0.99, 0.999]}},
     point={"lr": 3.0e-3, "beta_2": 0.999},
+    # 16 filters in 950-step trials were not a clear gain at 20 minutes over the 8-filter plan's 1,730 steps
+    # (ahead in one seed, level in the other: docs/benchmarks.md, "The width of distmis's recipe")
+    cpu_widths=(8,),
 )
 
 RECIPES: dict[str, Recipe] = {r.name: r for r in (NNUNET, DISTMIS)}
@@ -115,10 +120,10 @@ def recipe_of(model: Any) -> str | None:
     return None
 
 
-#: what ``distmis init`` plans without ``--recipe``. Measured on the MNI152 anatomy task at 150 steps
-#: on a CPU (docs/benchmarks.md, "Recipes"): nnU-Net's recipe at 8 or 16 base filters scored 0.83-0.86
-#: grey / 0.84-0.89 white matter, distmis's 0.89-0.90 / 0.91-0.92; a default moves only on a measured gain
+#: what ``distmis init`` plans without ``--recipe``. Measured on the MNI152 anatomy task on 2 CPU cores
+#: (docs/benchmarks.md): nnU-Net's recipe is behind distmis's at 150 steps and at 5 minutes, and at 20
+#: minutes level with it (ahead or behind by seed); a default moves only on a measured gain
 DEFAULT_RECIPE = "distmis"
 
 
-__all__ = ["CPU_FILTERS", "DEFAULT_RECIPE", "DISTMIS", "NNUNET", "RECIPES", "Recipe", "recipe_of"]
+__all__ = ["DEFAULT_RECIPE", "DISTMIS", "NNUNET", "RECIPES", "Recipe", "recipe_of"]

@@ -36,9 +36,10 @@ The rules:
   pairs) on as many rounds of folds at the search's parallelism as the search ran rounds of trials
   (at least 2 folds, at most the cases of the rarest class), each fold as long as a trial, so that
   the two together take about B;
-- **width on a CPU**: nnU-Net's 32 base filters when the budget still runs two rounds of trials with
-  them, else 16, else 8 (a 32-filter step is 7x an 8-filter one on a CPU core at 48 x 56 x 48);
-  on a GPU always the recipe's.
+- **width on a CPU**: the widest of the recipe's CPU widths (:attr:`Recipe.cpu_widths`) that still
+  buys two rounds of trials: nnU-Net's 32 base filters, else 16, else 8 (a 32-filter step is 7x an
+  8-filter one on a CPU core at 48 x 56 x 48); distmis's 8 only (16 was not a clear gain at 20
+  minutes); on a GPU always the recipe's.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from typing import Any
 
 from distmis.data._inspect import activation_bytes
 from distmis.labels import PRESETS
-from distmis.recipes import CPU_FILTERS, RECIPES, Recipe
+from distmis.recipes import RECIPES, Recipe
 
 #: the first line of every file ``distmis init`` writes (what ``--overwrite`` may replace)
 HEADER = "# written by distmis init"
@@ -282,11 +283,8 @@ def _decide(fp: dict[str, Any], options: PlanOptions, modalities: list[str]) -> 
 
 
 def _widths(recipe: Recipe, gpu: bool) -> list[int]:
-    """The base widths a plan may take, widest first: the recipe's, and on a CPU narrower ones."""
-    own = int(recipe.model["filters"])
-    if gpu or recipe.name != "nnunet":
-        return [own]
-    return [own, *(w for w in CPU_FILTERS if w < own)]
+    """The base widths a plan may take, widest first: the recipe's on a GPU, its CPU widths on a CPU."""
+    return [int(recipe.model["filters"])] if gpu else list(recipe.cpu_widths)
 
 
 def _size(

@@ -157,11 +157,29 @@ def test_a_budget_is_spent_on_trials_that_train(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "--budget" in bad.stderr and not (tmp_path / "bad.yaml").exists()
 
 
+def test_the_distmis_recipe_keeps_its_width_at_every_budget(tmp_path: Path) -> None:
+    """A CPU plan of the default recipe keeps its own 8 base filters however long the budget (16 were not
+    a clear gain at 20 minutes), while nnU-Net's recipe narrows from its 32 as its CPU widths allow."""
+    from distmis.recipes import DISTMIS, NNUNET
+
+    raw = write_msd(tmp_path / "raw", cases=10, shape=(32, 32, 32))
+    own = DISTMIS.model["filters"]
+    for budget in ("5m", "1h", "8h"):
+        config, _, text = _claims(tmp_path, raw, "--budget", budget, "--step-seconds", "0.27")
+        assert config.model.filters == own and f"{own} base filters" in text, (budget, text)
+    narrowed = {
+        _claims(tmp_path, raw, "--budget", b, "--step-seconds", "2.0", "--recipe", "nnunet")[0].model.filters
+        for b in ("5m", "8h")
+    }
+    assert narrowed <= set(NNUNET.cpu_widths) and len(narrowed) == 2  # a short budget narrows, a long one not
+
+
 def test_a_budget_with_finalize_leaves_finalize_its_half(tmp_path: Path) -> None:
     """--budget B --finalize: the search is planned for and stopped at half of B, and the file's
     finalize section cross-validates the best configuration on folds that fit in the other half."""
     from distmis.config import parse_duration
     from distmis.data import SEARCH_SHARE, TRAINING_SHARE
+    from distmis.recipes import DISTMIS
 
     raw = write_msd(tmp_path / "raw", cases=10, shape=(32, 32, 32))
     for budget, seconds, workers in (("20m", 0.3, 2), ("1h", 0.5, 4), ("3m", 0.3, 2)):
@@ -176,11 +194,14 @@ def test_a_budget_with_finalize_leaves_finalize_its_half(tmp_path: Path) -> None
         f = config.finalize
         assert (f.top, f.pairs) == (1, False) and f.folds is not None and 2 <= f.folds <= 9  # 9 cases outside test
         concurrency = config.search.max_concurrent_trials
-        step = seconds * (config.model.filters / 32) ** 2
+        step = seconds * (config.model.filters / DISTMIS.model["filters"]) ** 2  # the default recipe's own width
         trial_seconds = config.train.epochs * config.train.steps_per_epoch * step
         rounds = -(-config.search.num_samples // concurrency)
-        assert rounds * trial_seconds <= half * TRAINING_SHARE + 1e-6, (budget, text)
-        assert -(-f.folds // concurrency) * trial_seconds <= half * TRAINING_SHARE + 1e-6, (budget, text)
+        # in step-seconds over the --workers slots: fewer trials at once get the idle slots' cores
+        slot_seconds = half * TRAINING_SHARE * workers + 1e-6
+        assert rounds * trial_seconds * concurrency <= slot_seconds, (budget, text)
+        if "times the search's time" not in text:  # where the budget buys one trial, finalize says it needs more
+            assert -(-f.folds // concurrency) * trial_seconds * concurrency <= slot_seconds, (budget, text)
     alone = run_distmis(["init", str(raw), "--out", "alone.yaml", "--finalize"], cwd=tmp_path)
     assert alone.returncode == 2 and "--finalize" in alone.stderr and "--budget" in alone.stderr
     assert not (tmp_path / "alone.yaml").exists()
