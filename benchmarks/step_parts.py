@@ -5,7 +5,7 @@ nnU-Net's parts an ablation at equal wall time must give fewer steps. Each netwo
 ``distmis init --budget`` times one (:func:`distmis.training.measure_concurrent_step_seconds`): as many
 processes stepping at once as trials will (``--processes``), each with its share of the cores.
 
-    python benchmarks/step_parts.py [--patch 48 56 48] [--channels 1] [--classes 3] [--processes 2]
+    python benchmarks/step_parts.py [--patch 48 56 48] [--channels 1] [--classes 3] [--processes 2] [--out DIR]
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import os
 from typing import Any
+
+from benchlib import add_out_option, write_report
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -34,6 +36,7 @@ def main() -> None:
     p.add_argument("--channels", type=int, default=1)
     p.add_argument("--classes", type=int, default=3, help="softmax outputs, background included")
     p.add_argument("--processes", type=int, default=2, help="trials stepping at once")
+    add_out_option(p, "step_parts")
     a = p.parse_args()
     from distmis.config import ModelConfig, OptimizerConfig
     from distmis.recipes import DISTMIS
@@ -41,8 +44,8 @@ def main() -> None:
 
     cores = os.cpu_count() or 1
     depth = DISTMIS.depth(min(a.patch))
-    print(f"distmis's recipe, depth {depth}, patch {a.patch}, {a.processes} process(es) at once on {cores} cores")
-    print("| distmis's recipe with | step s |\n|---|---|")
+    title = f"distmis's recipe, depth {depth}, patch {a.patch}, {a.processes} process(es) at once on {cores} cores"
+    rows = []
     for name, part in PARTS.items():
         change = dict(part)
         levels = depth + change.pop("depth_delta", 0)
@@ -57,7 +60,9 @@ def main() -> None:
             classes=a.classes,
             batch=2,
         )
-        print(f"| {name} | {seconds:.3f} |", flush=True)
+        print(f"  {name}: {seconds:.3f} s a step", flush=True)
+        rows.append({"distmis's recipe with": name, "step s": round(seconds, 3)})
+    write_report(a.out, "step_parts", title=title, rows=rows)
 
 
 if __name__ == "__main__":  # the timing processes are spawned: they import this file again
