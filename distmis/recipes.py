@@ -42,9 +42,9 @@ class Recipe:
     deepest_map: int = 16
     #: ... within these levels
     depth_range: tuple[int, int] = (3, 5)
-    #: the base widths a CPU plan may take, widest first (a GPU plan takes ``model["filters"]``): a wider
-    #: step costs more on a CPU, so a short budget buys more steps of a narrow network
-    cpu_widths: tuple[int, ...] = (8,)
+    #: the base widths a CPU plan may take, widest first; none: only ``model["filters"]``, as on a GPU.
+    #: A wider step costs more on a CPU, so a short budget buys more steps of a narrow network
+    cpu_widths: tuple[int, ...] = ()
 
     def depth(self, smallest_side: int) -> int:
         """The U-Net's levels for a patch whose smallest side is ``smallest_side``."""
@@ -100,9 +100,9 @@ DISTMIS = Recipe(
     train={"lr_schedule": "constant", "warmup_epochs": 0},
     space={"lr": {"loguniform": [1.0e-3, 2.0e-2]}, "beta_2": {"choice": [0.99, 0.999]}},
     point={"lr": 3.0e-3, "beta_2": 0.999},
-    # 16 filters in 950-step trials were not a clear gain at 20 minutes over the 8-filter plan's 1,730 steps
-    # (ahead in one seed, level in the other: docs/benchmarks.md, "The width of distmis's recipe")
-    cpu_widths=(8,),
+    # no CPU widths but its own: 16 filters in 950-step trials were not a clear gain at 20 minutes over the
+    # 8-filter plan's 1,730 steps (ahead in one seed, level in the other: docs/benchmarks.md, "The width of
+    # distmis's recipe")
 )
 
 RECIPES: dict[str, Recipe] = {r.name: r for r in (NNUNET, DISTMIS)}

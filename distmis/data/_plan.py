@@ -283,8 +283,10 @@ def _decide(fp: dict[str, Any], options: PlanOptions, modalities: list[str]) -> 
 
 
 def _widths(recipe: Recipe, gpu: bool) -> list[int]:
-    """The base widths a plan may take, widest first: the recipe's on a GPU, its CPU widths on a CPU."""
-    return [int(recipe.model["filters"])] if gpu else list(recipe.cpu_widths)
+    """The base widths a plan may take, widest first: the recipe's own on a GPU, its CPU widths on a CPU."""
+    if gpu or not recipe.cpu_widths:
+        return [int(recipe.model["filters"])]
+    return list(recipe.cpu_widths)
 
 
 def _size(
