@@ -11,7 +11,8 @@ planning and then searches the space around it. Two recipes are named:
   Its depth follows nnU-Net's planner: one level per halving while the deepest maps keep 4 voxels,
   at most 6 levels. On a CPU the base width may be planned narrower (:attr:`Recipe.cpu_widths`).
 - ``distmis``: the recipe distmis trained with before: 8 filters, group normalisation, ReLU, max
-  pooling, one output; Adam at a constant learning rate, searched over 1e-3 .. 2e-2.
+  pooling, one output; Adam at a constant learning rate, searched over 1e-3 .. 2e-2. On a CPU it is
+  planned at 16 filters where each trial still gets :attr:`Recipe.wider_trial_steps` steps of them.
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ class Recipe:
     #: the base widths a CPU plan may take, widest first; none: only ``model["filters"]``, as on a GPU.
     #: A wider step costs more on a CPU, so a short budget buys more steps of a narrow network
     cpu_widths: tuple[int, ...] = ()
+    #: a CPU width wider than ``model["filters"]`` is planned only where each trial of two rounds still
+    #: gets this many steps of it: a wider network gains only once it trains long enough (0: the plan's
+    #: own minimum, one nnU-Net epoch)
+    wider_trial_steps: int = 0
 
     def depth(self, smallest_side: int) -> int:
         """The U-Net's levels for a patch whose smallest side is ``smallest_side``."""
@@ -100,9 +105,12 @@ DISTMIS = Recipe(
     train={"lr_schedule": "constant", "warmup_epochs": 0},
     space={"lr": {"loguniform": [1.0e-3, 2.0e-2]}, "beta_2": {"choice": [0.99, 0.999]}},
     point={"lr": 3.0e-3, "beta_2": 0.999},
-    # no CPU widths but its own: 16 filters in 950-step trials were not a clear gain at 20 minutes over the
-    # 8-filter plan's 1,730 steps (ahead in one seed, level in the other: docs/benchmarks.md, "The width of
-    # distmis's recipe")
+    # 16 filters in 950-step trials were ahead of the 8-filter plan's 1,730-step trials at 20 minutes on the
+    # anatomy task in 2 seeds of 3 and level in the third (docs/benchmarks.md, "The width of distmis's
+    # recipe"); at 250-step trials they were not measured, so the wider network waits for long trials.
+    # 800 lies below the measured 950 so that a step timed a few per cent slow does not flip 20 minutes
+    cpu_widths=(16, 8),
+    wider_trial_steps=800,
 )
 
 RECIPES: dict[str, Recipe] = {r.name: r for r in (NNUNET, DISTMIS)}

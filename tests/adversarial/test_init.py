@@ -157,16 +157,28 @@ def test_a_budget_is_spent_on_trials_that_train(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "--budget" in bad.stderr and not (tmp_path / "bad.yaml").exists()
 
 
-def test_the_distmis_recipe_keeps_its_width_at_every_budget(tmp_path: Path) -> None:
-    """A CPU plan of the default recipe keeps its own 8 base filters however long the budget (16 were not
-    a clear gain at 20 minutes), while nnU-Net's recipe narrows from its 32 as its CPU widths allow."""
+def test_the_distmis_recipe_widens_only_where_its_trials_stay_long(tmp_path: Path) -> None:
+    """A CPU plan of the default recipe keeps its own 8 base filters until each trial of two rounds gets
+    its wider_trial_steps of 16 filters, and says why where it widens; nnU-Net's recipe narrows from its 32
+    as its CPU widths allow."""
+    from distmis.data import TRAINING_SHARE
     from distmis.recipes import DISTMIS, NNUNET
 
     raw = write_msd(tmp_path / "raw", cases=10, shape=(32, 32, 32))
-    own = DISTMIS.model["filters"]
-    for budget in ("5m", "1h", "8h"):
-        config, _, text = _claims(tmp_path, raw, "--budget", budget, "--step-seconds", "0.27")
-        assert config.model.filters == own and f"{own} base filters" in text, (budget, text)
+    own, wider = DISTMIS.model["filters"], DISTMIS.cpu_widths[0]
+    given = 0.27
+    wide_step = given * (wider / own) ** 2  # --step-seconds is the recipe's own width's, scaled by the work
+    for budget, seconds in (("5m", 300), ("30m", 1800), ("1h", 3600), ("8h", 28800)):
+        config, _, text = _claims(tmp_path, raw, "--budget", budget, "--step-seconds", str(given))
+        wide_trial_steps = seconds * TRAINING_SHARE * 2 / wide_step / 4  # 2 trials at once, 2 rounds
+        if wide_trial_steps >= DISTMIS.wider_trial_steps:
+            assert config.model.filters == wider, (budget, text)
+            assert f"not the recipe's {own}: the budget buys each trial at least {DISTMIS.wider_trial_steps}" in text
+            assert config.train.epochs * config.train.steps_per_epoch >= DISTMIS.wider_trial_steps
+        else:
+            assert config.model.filters == own and f"; {own} base filters\n" in text, (budget, text)
+    seen = {_claims(tmp_path, raw, "--budget", b, "--step-seconds", str(given))[0].model.filters for b in ("5m", "8h")}
+    assert seen == {own, wider}  # the rule is exercised both ways
     narrowed = {
         _claims(tmp_path, raw, "--budget", b, "--step-seconds", "2.0", "--recipe", "nnunet")[0].model.filters
         for b in ("5m", "8h")
