@@ -18,10 +18,11 @@ from benchlib import add_out_option, write_report
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-#: one nnU-Net part each, as the keys of distmis's ``model`` section they set
+#: one part each (nnU-Net's, or the group norm distmis's recipe had before instance), as the keys of
+#: distmis's ``model`` section they set
 PARTS: dict[str, dict[str, Any]] = {
     "nothing changed": {},
-    "instance norm": {"norm": "instance"},
+    "group norm (4 groups)": {"norm": "group", "groups": 4},
     "leaky ReLU": {"activation": "leaky_relu"},
     "strided down-sampling": {"downsample": "strided"},
     "deep supervision": {"deep_supervision": True},

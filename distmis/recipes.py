@@ -10,9 +10,9 @@ planning and then searches the space around it. Two recipes are named:
   rate 1e-2 with poly decay over every iteration; a third of the patches centred on foreground.
   Its depth follows nnU-Net's planner: one level per halving while the deepest maps keep 4 voxels,
   at most 6 levels. On a CPU the base width may be planned narrower (:attr:`Recipe.cpu_widths`).
-- ``distmis``: the recipe distmis trained with before: 8 filters, group normalisation, ReLU, max
-  pooling, one output; Adam at a constant learning rate, searched over 1e-3 .. 2e-2. On a CPU it is
-  planned at 16 filters where each trial still gets :attr:`Recipe.wider_trial_steps` steps of them.
+- ``distmis``: distmis's own recipe: 8 filters, instance normalisation, ReLU, max pooling, one
+  output; Adam at a constant learning rate, searched over 1e-3 .. 2e-2. Of nnU-Net's parts it takes
+  the one measured to help on a CPU budget: instance normalisation.
 """
 
 from __future__ import annotations
@@ -46,10 +46,6 @@ class Recipe:
     #: the base widths a CPU plan may take, widest first; none: only ``model["filters"]``, as on a GPU.
     #: A wider step costs more on a CPU, so a short budget buys more steps of a narrow network
     cpu_widths: tuple[int, ...] = ()
-    #: a CPU width wider than ``model["filters"]`` is planned only where each trial of two rounds still
-    #: gets this many steps of it: a wider network gains only once it trains long enough (0: the plan's
-    #: own minimum, one nnU-Net epoch)
-    wider_trial_steps: int = 0
 
     def depth(self, smallest_side: int) -> int:
         """The U-Net's levels for a patch whose smallest side is ``smallest_side``."""
@@ -95,8 +91,9 @@ DISTMIS = Recipe(
     model={
         "filters": 8,
         "max_filters": None,
-        "norm": "group",
-        "groups": 4,
+        # instance, not group: on the anatomy task at 5 and 20 minutes it scored higher in most seeds and
+        # level in the rest, for a cheaper step (docs/benchmarks.md, "One part at a time")
+        "norm": "instance",
         "activation": "relu",
         "downsample": "maxpool",
         "deep_supervision": False,
@@ -105,12 +102,8 @@ DISTMIS = Recipe(
     train={"lr_schedule": "constant", "warmup_epochs": 0},
     space={"lr": {"loguniform": [1.0e-3, 2.0e-2]}, "beta_2": {"choice": [0.99, 0.999]}},
     point={"lr": 3.0e-3, "beta_2": 0.999},
-    # 16 filters in 950-step trials were ahead of the 8-filter plan's 1,730-step trials at 20 minutes on the
-    # anatomy task in 2 seeds of 3 and level in the third (docs/benchmarks.md, "The width of distmis's
-    # recipe"); at 250-step trials they were not measured, so the wider network waits for long trials.
-    # 800 lies below the measured 950 so that a step timed a few per cent slow does not flip 20 minutes
-    cpu_widths=(16, 8),
-    wider_trial_steps=800,
+    # no CPU widths but its own: 16 filters were ahead of 8 with group norm at 20 minutes, but with instance
+    # norm they were level (one seed: docs/benchmarks.md, "The width of distmis's recipe")
 )
 
 RECIPES: dict[str, Recipe] = {r.name: r for r in (NNUNET, DISTMIS)}

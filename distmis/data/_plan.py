@@ -38,9 +38,8 @@ The rules:
   the two together take about B;
 - **width on a CPU**: the widest of the recipe's CPU widths (:attr:`Recipe.cpu_widths`) that still
   buys two rounds of trials: nnU-Net's 32 base filters, else 16, else 8 (a 32-filter step is 7x an
-  8-filter one on a CPU core at 48 x 56 x 48); a width wider than the recipe's own only where each
-  trial still gets :attr:`Recipe.wider_trial_steps` steps of it (distmis's 16 filters where its trials
-  get 800: about 17 minutes on 2 cores at 48 x 56 x 48, else its own 8); on a GPU always the recipe's.
+  8-filter one on a CPU core at 48 x 56 x 48); distmis's 8 only (16 were level with 8 at 20
+  minutes once both had instance norm); on a GPU always the recipe's.
 """
 
 from __future__ import annotations
@@ -290,13 +289,6 @@ def _widths(recipe: Recipe, gpu: bool) -> list[int]:
     return list(recipe.cpu_widths)
 
 
-def _least_trial_steps(recipe: Recipe, width: int) -> int:
-    """The steps each trial of two rounds must get for a CPU plan to take ``width``."""
-    if width > int(recipe.model["filters"]):
-        return max(MIN_TRIAL_STEPS, recipe.wider_trial_steps)
-    return MIN_TRIAL_STEPS
-
-
 def _size(
     recipe: Recipe, options: PlanOptions, *, shape: list[int], depth: int, memory_gb: float, channels: int, gpu: bool
 ) -> Sizing:
@@ -330,10 +322,9 @@ def _size(
 
     width, seconds = narrowest, base_seconds
     for w in widths[:-1]:  # widest first: the first that still buys two rounds of full trials
-        # the work estimate only spares timing a width that cannot fit (it overstates a wider step on a CPU)
         if steps_total / estimate(w) >= 2 * concurrency * MIN_TRIAL_STEPS:
             seconds = options.step_seconds(w, tuple(patches[w]))  # type: ignore[arg-type]
-            if steps_total / seconds >= 2 * concurrency * _least_trial_steps(recipe, w):
+            if steps_total / seconds >= 2 * concurrency * MIN_TRIAL_STEPS:
                 width = w
                 break
             seconds = base_seconds
@@ -505,17 +496,11 @@ def _training_lines(plan: _Plan) -> list[str]:
 def _model_lines(plan: _Plan) -> list[str]:
     model = {**plan.recipe.model, "depth": plan.depth, "filters": plan.sizing.filters}
     model = {k: v for k, v in model.items() if v is not None or k == "max_filters"}
-    own = int(plan.recipe.model["filters"])
-    if plan.sizing.filters > own:
-        reason = (
-            f"the budget buys each trial at least {_least_trial_steps(plan.recipe, plan.sizing.filters)} steps of it"
-        )
-    elif plan.sizing.step_seconds:
-        reason = "too slow a step for this budget on a CPU"
-    else:
-        reason = "a CPU plan without --budget"
+    reason = "too slow a step for this budget on a CPU" if plan.sizing.step_seconds else "a CPU plan without --budget"
     width = f"{plan.sizing.filters} base filters" + (
-        "" if plan.sizing.filters == own else f" (not the recipe's {own}: {reason})"
+        ""
+        if plan.sizing.filters == plan.recipe.model["filters"]
+        else f" (not the recipe's {plan.recipe.model['filters']}: {reason})"
     )
     return [
         f"model: {_flow(model)}   # the {plan.recipe.name} recipe; depth {plan.depth} for the smallest side "
