@@ -160,7 +160,7 @@ def test_a_budget_is_spent_on_trials_that_train(tmp_path: Path) -> None:
 
 def test_the_distmis_recipe_keeps_its_width_at_every_budget(tmp_path: Path) -> None:
     """A CPU plan of the default recipe keeps its own 8 base filters however long the budget (16 were
-    level with 8 at 20 minutes with instance norm), while nnU-Net's recipe narrows from its 32 as its CPU widths allow."""
+    level with 8 at 20 minutes with instance norm, in one seed), while nnU-Net's recipe narrows from its 32 as its CPU widths allow."""
     from distmis.recipes import DISTMIS, NNUNET
 
     raw = write_msd(tmp_path / "raw", cases=10, shape=(32, 32, 32))
