@@ -2,7 +2,7 @@
 
 Only a part that changes the step's cost changes what a time budget buys, so this says which of
 nnU-Net's parts an ablation at equal wall time must give fewer steps. Each network is timed as
-``distmis init --budget`` times one (:func:`distmis.training.measure_concurrent_step_seconds`): as many
+``distmis init --budget`` times one (:func:`distmis.training.measure_recipe_step_seconds`): as many
 processes stepping at once as trials will (``--processes``), each with its share of the cores.
 
     python benchmarks/step_parts.py [--patch 48 56 48] [--channels 1] [--classes 3] [--processes 2] [--out DIR]
@@ -39,9 +39,8 @@ def main() -> None:
     p.add_argument("--processes", type=int, default=2, help="trials stepping at once")
     add_out_option(p, "step_parts")
     a = p.parse_args()
-    from distmis.config import ModelConfig, OptimizerConfig
     from distmis.recipes import DISTMIS
-    from distmis.training import measure_concurrent_step_seconds
+    from distmis.training import measure_recipe_step_seconds
 
     cores = os.cpu_count() or 1
     depth = DISTMIS.depth(min(a.patch))
@@ -49,17 +48,15 @@ def main() -> None:
     rows = []
     for name, part in PARTS.items():
         change = dict(part)
-        levels = depth + change.pop("depth_delta", 0)
-        model = ModelConfig(**{**DISTMIS.model, "depth": levels, **change})
-        seconds = measure_concurrent_step_seconds(
-            model,
-            OptimizerConfig(**DISTMIS.optimizer),
-            processes=a.processes,
-            threads=max(1, cores // a.processes),
+        seconds = measure_recipe_step_seconds(
+            DISTMIS,
+            depth=depth + change.pop("depth_delta", 0),
+            trials_at_once=a.processes,
+            gpu=False,
             patch=tuple(a.patch),  # type: ignore[arg-type]
             channels=a.channels,
             classes=a.classes,
-            batch=2,
+            changes=change,
         )
         print(f"  {name}: {seconds:.3f} s a step", flush=True)
         rows.append({"distmis's recipe with": name, "step s": round(seconds, 3)})

@@ -122,8 +122,10 @@ def recipe_of(model: Any) -> str | None:
 
 
 #: what ``distmis init`` plans without ``--recipe``. Measured on the MNI152 anatomy task on 2 CPU cores
-#: (docs/benchmarks.md): nnU-Net's recipe is behind distmis's at 150 steps and at 5 minutes, and at 20
-#: minutes level with it (ahead or behind by seed); a default moves only on a measured gain
+#: (docs/benchmarks.md) against distmis's recipe as it was, with group norm: nnU-Net's recipe was behind
+#: it at 150 steps and at 5 minutes, and level at 20 minutes (ahead or behind by seed). Instance norm
+#: then put distmis's recipe ahead of its group-norm self; nnU-Net's was not rerun against it. A default
+#: moves only on a measured gain
 DEFAULT_RECIPE = "distmis"
 
 

@@ -204,29 +204,24 @@ def _scaled(given: float, filters: int, recipe: str) -> float:
 
 
 def _measure(args: argparse.Namespace, fp: dict[str, Any], filters: int, patch: tuple, channels: int) -> float:
-    """A step of the planned network, timed in as many processes at once as trials will run at once
-    on this machine's CPUs (one process for a GPU plan: each trial has its own GPU)."""
-    from distmis.config import ModelConfig, OptimizerConfig
+    """A step of the planned network, timed as the planned trials will step it: as many processes at
+    once as trials will run at once on this machine's CPUs (one process for a GPU plan)."""
     from distmis.exceptions import TrainingError
     from distmis.recipes import RECIPES
-    from distmis.training import measure_concurrent_step_seconds
+    from distmis.training import measure_recipe_step_seconds
 
     recipe = RECIPES[args.recipe]
-    cores = os.cpu_count() or 1
     gpu = args.gpu_memory is not None
-    workers = args.workers or (1 if gpu else 2)
-    depth = recipe.depth(min(int(s) for s in fp["median_shape"]))
-    classes = len(fp["labels"]) + 1 if len(fp["labels"]) > 1 else 1
     try:
-        return measure_concurrent_step_seconds(
-            ModelConfig(**{**recipe.model, "filters": filters, "depth": depth}),
-            OptimizerConfig(**recipe.optimizer),
-            processes=1 if gpu else min(workers, cores),
-            threads=None if gpu else max(1, cores // workers),
+        return measure_recipe_step_seconds(
+            recipe,
+            depth=recipe.depth(min(int(s) for s in fp["median_shape"])),
+            trials_at_once=args.workers or (1 if gpu else 2),
+            gpu=gpu,
             patch=patch,
             channels=channels,
-            classes=classes,
-            batch=2,
+            classes=len(fp["labels"]) + 1 if len(fp["labels"]) > 1 else 1,
+            changes={"filters": filters},
         )
     except RuntimeError as exc:
         raise TrainingError(f"{args.dataset}: {exc}; give --step-seconds instead") from None

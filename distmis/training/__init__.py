@@ -10,7 +10,11 @@ from distmis.training._run import (
     format_epoch,
 )
 from distmis.training._runtime import configure_tensorflow, release_in_background
-from distmis.training._steptime import measure_concurrent_step_seconds, measure_step_seconds
+from distmis.training._steptime import (
+    measure_concurrent_step_seconds,
+    measure_recipe_step_seconds,
+    measure_step_seconds,
+)
 
 __all__ = [
     "CHECKPOINT_DIR",
@@ -24,6 +28,7 @@ __all__ = [
     "format_epoch",
     "load_arrays",
     "measure_concurrent_step_seconds",
+    "measure_recipe_step_seconds",
     "measure_step_seconds",
     "release_in_background",
     "save_arrays",

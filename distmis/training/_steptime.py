@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from distmis.config import ModelConfig, OptimizerConfig
+    from distmis.recipes import Recipe
 
 
 def measure_step_seconds(
@@ -136,4 +137,43 @@ def measure_concurrent_step_seconds(
     return float(statistics.median(answers))
 
 
-__all__ = ["measure_concurrent_step_seconds", "measure_step_seconds"]
+def measure_recipe_step_seconds(
+    recipe: Recipe,
+    *,
+    depth: int,
+    trials_at_once: int,
+    gpu: bool,
+    patch: tuple[int, int, int],
+    channels: int,
+    classes: int,
+    changes: dict[str, Any] | None = None,
+    batch: int = 2,
+) -> float:
+    """A step of ``recipe``'s network at ``depth`` (with ``changes`` to its ``model`` section), timed as
+    a search of ``trials_at_once`` trials will step it: on a CPU, that many processes at once, each
+    with its share of the cores; on a GPU, one process, since each trial has its own GPU.
+
+    One function, so that ``distmis init``'s plan and the benchmarks that explain it time the same
+    thing. ``batch`` defaults to the 2 patches init plans.
+
+    Raises:
+        RuntimeError: a timing process failed or did not answer in time (naming why).
+    """
+    import os
+
+    from distmis.config import ModelConfig, OptimizerConfig
+
+    cores = os.cpu_count() or 1
+    return measure_concurrent_step_seconds(
+        ModelConfig(**{**recipe.model, "depth": depth, **(changes or {})}),
+        OptimizerConfig(**recipe.optimizer),
+        processes=1 if gpu else min(trials_at_once, cores),
+        threads=None if gpu else max(1, cores // trials_at_once),
+        patch=patch,
+        channels=channels,
+        classes=classes,
+        batch=batch,
+    )
+
+
+__all__ = ["measure_concurrent_step_seconds", "measure_recipe_step_seconds", "measure_step_seconds"]
