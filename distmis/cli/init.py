@@ -64,7 +64,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--step-seconds",
         type=positive_float,
         default=None,
-        help="seconds of one training step of the recipe's network on the machine the search will run on "
+        help="seconds of one training step of the recipe's network, at the planned batch, on the machine the "
+        "search will run on "
         "(default: timed here in a few steps; needed for a GPU plan made on a machine without one)",
     )
     p.add_argument(
@@ -172,21 +173,24 @@ def _has_gpu() -> bool:
     return bool(import_tensorflow().config.list_physical_devices("GPU"))
 
 
-def _step_timer(args: argparse.Namespace, fp: dict[str, Any], *, channels: int) -> Callable[[int, tuple], float]:
-    """(filters, patch) -> seconds of one training step: ``--step-seconds`` for the recipe's own width
+def _step_timer(args: argparse.Namespace, fp: dict[str, Any], *, channels: int) -> Callable[[int, tuple, int], float]:
+    """(filters, patch, batch) -> seconds of one training step: ``--step-seconds`` for the recipe's own width
     (scaled to a narrower one by the plan), else timed here with the threads a trial will get."""
     from distmis.console import notify
 
     given = args.step_seconds
-    cache: dict[tuple[int, tuple], float] = {}
+    cache: dict[tuple[int, tuple, int], float] = {}
 
-    def seconds(filters: int, patch: tuple) -> float:
+    def seconds(filters: int, patch: tuple, batch: int) -> float:
         if given is not None:
             return float(given) if filters == _recipe_filters(args.recipe) else _scaled(given, filters, args.recipe)
-        key = (filters, tuple(patch))
+        key = (filters, tuple(patch), batch)
         if key not in cache:
-            notify(f"distmis: timing a few training steps ({filters} filters, patch {list(patch)}) on this machine")
-            cache[key] = _measure(args, fp, filters, tuple(patch), channels)
+            notify(
+                f"distmis: timing a few training steps ({filters} filters, patch {list(patch)}, batch {batch})"
+                " on this machine"
+            )
+            cache[key] = _measure(args, fp, filters, tuple(patch), channels, batch)
         return cache[key]
 
     return seconds
@@ -203,7 +207,9 @@ def _scaled(given: float, filters: int, recipe: str) -> float:
     return given * (filters / _recipe_filters(recipe)) ** 2
 
 
-def _measure(args: argparse.Namespace, fp: dict[str, Any], filters: int, patch: tuple, channels: int) -> float:
+def _measure(
+    args: argparse.Namespace, fp: dict[str, Any], filters: int, patch: tuple, channels: int, batch: int
+) -> float:
     """A step of the planned network, timed as the planned trials will step it: as many processes at
     once as trials will run at once on this machine's CPUs (one process for a GPU plan)."""
     from distmis.exceptions import TrainingError
@@ -222,6 +228,7 @@ def _measure(args: argparse.Namespace, fp: dict[str, Any], filters: int, patch: 
             channels=channels,
             classes=len(fp["labels"]) + 1 if len(fp["labels"]) > 1 else 1,
             changes={"filters": filters},
+            batch=batch,
         )
     except RuntimeError as exc:
         raise TrainingError(f"{args.dataset}: {exc}; give --step-seconds instead") from None

@@ -90,8 +90,9 @@ class PlanOptions:
     finalize: bool = False
     concurrency: int | None = None  # trials at once (``--workers``)
     cores: int = 2
-    #: seconds of one training step of (filters, patch): measured by the caller, or given for the target
-    step_seconds: Callable[[int, tuple[int, int, int]], float] | None = None
+    #: seconds of one training step of (filters, patch, batch): measured by the caller, or given for the
+    #: target cluster
+    step_seconds: Callable[[int, tuple[int, int, int], int], float] | None = None
 
     @property
     def search_seconds(self) -> float | None:
@@ -238,21 +239,36 @@ class _Plan:
 
     @property
     def split(self) -> tuple[float, float, float]:
-        return (0.8, 0.1, 0.1) if self.small else (0.7, 0.15, 0.15)
+        return split_fractions(int(self.fp["cases"]))
 
     @property
     def split_sizes(self) -> dict[str, int]:
         """Cases in each split as prepare will deal them (train, val, test)."""
-        from distmis.data._prepare import split_cases
-
-        split = split_cases([str(i) for i in range(int(self.fp["cases"]))], self.split, 0)
-        return {name: len(cases) for name, cases in split.items()}
+        return split_sizes(int(self.fp["cases"]))
 
     @property
     def batch(self) -> int:
-        """nnU-Net's batch, or as many cases as train when fewer (a batch larger than the training
-        split is refused by validate)."""
-        return min(BATCH, self.split_sizes["train"])
+        return planned_batch(int(self.fp["cases"]))
+
+
+def split_fractions(cases: int) -> tuple[float, float, float]:
+    """The train/val/test fractions init writes for a dataset of ``cases`` labelled cases."""
+    return (0.8, 0.1, 0.1) if cases < SMALL_DATASET else (0.7, 0.15, 0.15)
+
+
+def split_sizes(cases: int) -> dict[str, int]:
+    """Cases in each split as prepare will deal them (train, val, test)."""
+    from distmis.data._prepare import split_cases
+
+    split = split_cases([str(i) for i in range(cases)], split_fractions(cases), 0)
+    return {name: len(ids) for name, ids in split.items()}
+
+
+def planned_batch(cases: int) -> int:
+    """nnU-Net's batch, or as many cases as train when fewer (a batch larger than the training split is
+    refused by validate). The plan's step is timed at this batch, so that a 3-case dataset's budget
+    buys the steps of its own batch of 1."""
+    return min(BATCH, split_sizes(cases)["train"])
 
 
 def _decide(fp: dict[str, Any], options: PlanOptions, modalities: list[str]) -> _Plan:
@@ -263,7 +279,16 @@ def _decide(fp: dict[str, Any], options: PlanOptions, modalities: list[str]) -> 
     shape = [int(math.ceil(s / 2 ** (depth - 1)) * 2 ** (depth - 1)) for s in median]
     gpu = options.gpu_memory_gb is not None
     budget = float(options.gpu_memory_gb) if options.gpu_memory_gb is not None else CPU_BUDGET_GB
-    sizing = _size(recipe, options, shape=shape, depth=depth, memory_gb=budget, channels=len(modalities), gpu=gpu)
+    sizing = _size(
+        recipe,
+        options,
+        shape=shape,
+        depth=depth,
+        memory_gb=budget,
+        channels=len(modalities),
+        gpu=gpu,
+        batch=planned_batch(int(fp["cases"])),
+    )
     return _Plan(
         fp=fp,
         modalities=modalities,
@@ -290,7 +315,15 @@ def _widths(recipe: Recipe, gpu: bool) -> list[int]:
 
 
 def _size(
-    recipe: Recipe, options: PlanOptions, *, shape: list[int], depth: int, memory_gb: float, channels: int, gpu: bool
+    recipe: Recipe,
+    options: PlanOptions,
+    *,
+    shape: list[int],
+    depth: int,
+    memory_gb: float,
+    channels: int,
+    gpu: bool,
+    batch: int,
 ) -> Sizing:
     """Width, patch, trials, epochs and steps: see the module's rules."""
     concurrency = options.concurrency or (1 if gpu else 2)
@@ -311,7 +344,7 @@ def _size(
         )
     steps_total = options.search_seconds * TRAINING_SHARE * concurrency  # in step-seconds, per width below
     narrowest = widths[-1]
-    base_seconds = options.step_seconds(narrowest, tuple(patches[narrowest]))  # type: ignore[arg-type]
+    base_seconds = options.step_seconds(narrowest, tuple(patches[narrowest]), batch)  # type: ignore[arg-type]
     mf = recipe.model.get("max_filters")
 
     def estimate(w: int) -> float:
@@ -323,7 +356,7 @@ def _size(
     width, seconds = narrowest, base_seconds
     for w in widths[:-1]:  # widest first: the first that still buys two rounds of full trials
         if steps_total / estimate(w) >= 2 * concurrency * MIN_TRIAL_STEPS:
-            seconds = options.step_seconds(w, tuple(patches[w]))  # type: ignore[arg-type]
+            seconds = options.step_seconds(w, tuple(patches[w]), batch)  # type: ignore[arg-type]
             if steps_total / seconds >= 2 * concurrency * MIN_TRIAL_STEPS:
                 width = w
                 break

@@ -209,9 +209,17 @@ def test_a_budget_with_finalize_leaves_finalize_its_half(tmp_path: Path) -> None
 
 
 def test_a_budget_times_the_planned_network_here(tmp_path: Path) -> None:
-    raw = write_msd(tmp_path / "raw", cases=6, shape=(16, 16, 16))
-    config, _, text = _claims(tmp_path, raw, "--budget", "3m")
-    assert "s a step" in text and config.search.time_budget == "3m"
+    """Without ``--step-seconds`` init times the planned network here, at the batch it plans: 3 cases
+    leave 1 to train, so its steps are timed at a batch of 1, not at nnU-Net's 2."""
+    from distmis.config import load_config
+
+    raw = write_msd(tmp_path / "raw", cases=3, shape=(16, 16, 16))
+    result = run_distmis(["init", str(raw), "--out", "plan.yaml", "--budget", "3m"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "batch 1)" in result.stderr and "batch 2)" not in result.stderr, result.stderr[-2000:]
+    config = load_config(tmp_path / "plan.yaml", require_space=True)
+    assert "s a step" in (tmp_path / "plan.yaml").read_text() and config.search.time_budget == "3m"
+    assert config.train.batch_size_per_replica == 1
     assert config.train.epochs * config.train.steps_per_epoch >= 1
 
 
