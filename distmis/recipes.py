@@ -94,6 +94,9 @@ DISTMIS = Recipe(
         # instance, not group: on the anatomy task at 5 and 20 minutes it scored higher in most seeds and
         # level in the rest, for a cheaper step (docs/benchmarks.md, "One part at a time")
         "norm": "instance",
+        # nnU-Net's leaky ReLU, strided down-sampling, deep supervision, poly decay and its SGD with poly,
+        # each switched on alone at 5 minutes, gained nothing beyond the seeds' spread or lost
+        # (docs/benchmarks.md, "One part at a time")
         "activation": "relu",
         "downsample": "maxpool",
         "deep_supervision": False,
