@@ -217,8 +217,12 @@ def test_a_budget_times_the_planned_network_here(tmp_path: Path) -> None:
     result = run_distmis(["init", str(raw), "--out", "plan.yaml", "--budget", "3m"], cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "batch 1)" in result.stderr and "batch 2)" not in result.stderr, result.stderr[-2000:]
+    text = (tmp_path / "plan.yaml").read_text()
+    assert text.startswith("# written by distmis init")
+    valid = run_distmis(["validate", "plan.yaml"], cwd=tmp_path)
+    assert valid.returncode == 0, valid.stdout[-2000:] + valid.stderr[-2000:]
     config = load_config(tmp_path / "plan.yaml", require_space=True)
-    assert "s a step" in (tmp_path / "plan.yaml").read_text() and config.search.time_budget == "3m"
+    assert "s a step" in text and config.search.time_budget == "3m"
     assert config.train.batch_size_per_replica == 1
     assert config.train.epochs * config.train.steps_per_epoch >= 1
 
