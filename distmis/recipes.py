@@ -95,7 +95,7 @@ DISTMIS = Recipe(
         # level in the rest, for a cheaper step (docs/benchmarks.md, "One part at a time")
         "norm": "instance",
         # nnU-Net's leaky ReLU, strided down-sampling, deep supervision, poly decay and its SGD with poly,
-        # each switched on alone at 5 minutes, gained nothing beyond the seeds' spread or lost
+        # each switched on alone at 5 and at 20 minutes, gained nothing beyond the seeds' spread or lost
         # (docs/benchmarks.md, "One part at a time")
         "activation": "relu",
         "downsample": "maxpool",
