@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import nibabel as nib
@@ -14,14 +15,20 @@ from conftest import Assets, Workspace, check_case, run_distmis, write_msd
 pytestmark = pytest.mark.slow
 
 
-def _plan(tmp_path: Path, raw: Path, *extra: str) -> dict:
+def _init(tmp_path: Path, raw: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    """init run as a user runs it, its file checked as init's own and valid; the run, for what it said."""
     result = run_distmis(["init", str(raw), "--out", "plan.yaml", *extra], cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     text = (tmp_path / "plan.yaml").read_text()
     assert text.startswith("# written by distmis init")
     valid = run_distmis(["validate", "plan.yaml"], cwd=tmp_path)
     assert valid.returncode == 0, valid.stdout[-2000:] + valid.stderr[-2000:]
-    return yaml.safe_load(text)
+    return result
+
+
+def _plan(tmp_path: Path, raw: Path, *extra: str) -> dict:
+    _init(tmp_path, raw, *extra)
+    return yaml.safe_load((tmp_path / "plan.yaml").read_text())
 
 
 def test_the_plan_follows_the_data(tmp_path: Path) -> None:
@@ -214,13 +221,9 @@ def test_a_budget_times_the_planned_network_here(tmp_path: Path) -> None:
     from distmis.config import load_config
 
     raw = write_msd(tmp_path / "raw", cases=3, shape=(16, 16, 16))
-    result = run_distmis(["init", str(raw), "--out", "plan.yaml", "--budget", "3m"], cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = _init(tmp_path, raw, "--budget", "3m")
     assert "batch 1)" in result.stderr and "batch 2)" not in result.stderr, result.stderr[-2000:]
     text = (tmp_path / "plan.yaml").read_text()
-    assert text.startswith("# written by distmis init")
-    valid = run_distmis(["validate", "plan.yaml"], cwd=tmp_path)
-    assert valid.returncode == 0, valid.stdout[-2000:] + valid.stderr[-2000:]
     config = load_config(tmp_path / "plan.yaml", require_space=True)
     assert "s a step" in text and config.search.time_budget == "3m"
     assert config.train.batch_size_per_replica == 1
