@@ -462,6 +462,16 @@ DISTMIS_FOLDERS = {"distmis": "distmis", "finalize": "distmis-finalize", "distmi
 NNUNET_TRAINERS = {"nnunet": TRAINER, "nnunet-noda": TRAINER_NODA}
 
 
+def kept_runs(where: Path, systems: list[str], sets: dict[str, Any]) -> list[dict[str, Any]]:
+    """The runs of ``systems`` already kept for one budget and seed under ``where``, so that runs made
+    by separate calls (a budget one day, a seed the next) can be reported and drawn together."""
+    folders = [folder + (sets_folder(sets) if sets else "") for s, folder in DISTMIS_FOLDERS.items() if s in systems]
+    folders += [s for s in NNUNET_TRAINERS if s in systems]
+    return [
+        json.loads((where / f / "result.json").read_text()) for f in folders if (where / f / "result.json").is_file()
+    ]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--task", choices=["mni152", "brats"], default="mni152")
@@ -477,10 +487,20 @@ def main() -> None:
                    "e.g. model.norm=instance: one part of a recipe on or off")  # fmt: skip
     p.add_argument("--nnunet-python", default=sys.executable, help="the Python that has nnunetv2 (the peers extra)")
     p.add_argument("--iterations", type=int, default=25, help="nnU-Net iterations per epoch")
+    p.add_argument("--kept", action="store_true",
+                   help="run nothing: report and draw the runs already kept under --out for these budgets, "
+                   "seeds and systems (a run not there is left out)")  # fmt: skip
     add_out_option(p, "peer_nnunet", default=Path("runs/peer"))
     a = p.parse_args()
     sets = parse_sets(a.sets)
     root = a.out.resolve()
+    if a.kept:
+        where = [root / a.task / b / f"seed{s}" for b in a.budgets.split(",") for s in a.seeds.split(",")]
+        rows = [r for w in where for r in kept_runs(w, a.systems.split(","), sets)]
+        if not rows:
+            raise SystemExit(f"peer_nnunet: error: --kept: no finished run under {root / a.task}")
+        report(rows, root / a.task)
+        return
     raw = task_data(a.task, root)
     systems = a.systems.split(",")
     nnunet = [s for s in NNUNET_TRAINERS if s in systems]

@@ -90,3 +90,33 @@ def test_a_benchmark_writes_its_json_markdown_and_png(tmp_path: Path) -> None:
     assert [row["n"] for row in document["rows"]] == [1, 2, 4, 8, 16, 32]
     assert "| n |" in (tmp_path / "out" / "scaling_model.md").read_text()
     assert (tmp_path / "out" / "scaling_model.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_peer_benchmark_reports_runs_kept_by_separate_calls(tmp_path: Path) -> None:
+    """``peer_nnunet.py --kept`` draws runs made on different calls together and runs nothing: the
+    runs it reads stay as they were, a seed with no run is left out, and a missing one is not made."""
+    runs = {
+        ("5m", 0, "distmis"): {"system": "distmis", "dice": {"grey_matter": 0.95, "white_matter": 0.96}},
+        ("5m", 1, "distmis"): {"system": "distmis", "dice": {"grey_matter": 0.93, "white_matter": 0.94}},
+        ("5m", 0, "nnunet"): {"system": "nnU-Net v2", "dice": {"grey_matter": 0.81, "white_matter": 0.85}},
+    }
+    for (budget, seed, folder), run in runs.items():
+        where = tmp_path / "mni152" / budget / f"seed{seed}" / folder
+        where.mkdir(parents=True)
+        run |= {"budget": budget, "seed": seed, "total_seconds": 290.0, "peak_gb": 2.5}
+        (where / "result.json").write_text(json.dumps(run))
+    before = {p: p.read_bytes() for p in tmp_path.rglob("result.json")}
+    command = [sys.executable, str(REPO / "benchmarks" / "peer_nnunet.py"), "--kept", "--budgets", "5m,20m"]
+    done = subprocess.run(
+        [*command, "--seeds", "0,1,2", "--out", str(tmp_path)], capture_output=True, text=True, timeout=300, cwd=REPO
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads((tmp_path / "mni152" / "peer_nnunet.json").read_text())
+    kept = sorted((r["system"], r["seed"]) for r in report["data"]["runs"])
+    assert kept == [("distmis", 0), ("distmis", 1), ("nnU-Net v2", 0)]
+    table = {r["system"]: r for r in report["rows"]}
+    assert table["distmis"]["seeds"] == 2
+    assert table["distmis"]["grey_matter"] == "0.940 [0.930-0.950]"
+    assert table["nnU-Net v2"]["seeds"] == 1
+    assert {p: p.read_bytes() for p in tmp_path.rglob("result.json")} == before
+    assert not (tmp_path / "mni152" / "20m").exists() and not (tmp_path / "data").exists()

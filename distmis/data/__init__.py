@@ -30,6 +30,7 @@ from distmis.data._normalize import describe as describe_normalisation
 from distmis.data._plan import HEADER as INIT_HEADER
 from distmis.data._plan import (
     MIN_TRIAL_STEPS,
+    ROUND_TRIAL_STEPS,
     SEARCH_SHARE,
     TRAINING_SHARE,
     PlanOptions,
@@ -71,6 +72,7 @@ __all__ = [
     "augment_spatial_parameters",
     "INIT_HEADER",
     "MIN_TRIAL_STEPS",
+    "ROUND_TRIAL_STEPS",
     "PlanOptions",
     "SEARCH_SHARE",
     "TRAINING_SHARE",

@@ -28,8 +28,8 @@ The rules:
 - **budget** (``--budget``): a trial is never planned shorter than one nnU-Net epoch (250 steps)
   when the budget allows one; 80 % of the budget, at the seconds per step measured with as many
   trials stepping at once as will run at once, buys two whole rounds of trials at once when each
-  then gets 250 steps, else one round, else fewer trials at once; the steps left over lengthen the
-  trials; no early stopping (every trial finishes), and the search stops at the deadline
+  then gets 500 steps (two nnU-Net epochs), else one round, else fewer trials at once; the steps
+  left over lengthen the trials; no early stopping (every trial finishes), and the search stops at the deadline
   (``search.time_budget``). Without a budget: 8 trials of 12 epochs, each at least 250 steps;
 - **finalize** (``--budget B --finalize``): the search is planned for half of B, and the file's
   ``finalize`` section has ``distmis finalize`` cross-validate the best configuration alone (no
@@ -37,7 +37,7 @@ The rules:
   (at least 2 folds, at most the cases of the rarest class), each fold as long as a trial, so that
   the two together take about B;
 - **width on a CPU**: the widest of the recipe's CPU widths (:attr:`Recipe.cpu_widths`) that still
-  buys two rounds of trials: nnU-Net's 32 base filters, else 16, else 8 (a 32-filter step is 7x an
+  buys two rounds of 250-step trials: nnU-Net's 32 base filters, else 16, else 8 (a 32-filter step is 7x an
   8-filter one on a CPU core at 48 x 56 x 48); distmis's 8 only (16 were level with 8 at 20
   minutes, in one seed, once both had instance norm); on a GPU always the recipe's.
 """
@@ -62,6 +62,10 @@ CPU_BUDGET_GB = 4.0
 TRIALS, EPOCHS, BATCH = 8, 12, 2
 #: no trial is planned shorter than one nnU-Net epoch of steps
 MIN_TRIAL_STEPS = 250
+#: a second round of trials only when each trial then still gets this many steps (two nnU-Net
+#: epochs): below it a trial's steps buy more than a second round's trials (on the anatomy task at 5
+#: minutes, 2 trials of 600 steps scored above 4 of 300 in every seed: docs/benchmarks.md)
+ROUND_TRIAL_STEPS = 2 * MIN_TRIAL_STEPS
 #: a budget's epochs per trial: enough reports for a curve, each at least a few steps
 MAX_EPOCHS, MIN_EPOCH_STEPS = 10, 10
 #: the share of a budget planned for training steps; the rest is start-up, preparing and validation
@@ -363,8 +367,8 @@ def _size(
             seconds = base_seconds
     total = steps_total / seconds
     # whole rounds of `concurrency` trials (a part round leaves workers idle): two when each trial still
-    # gets MIN_TRIAL_STEPS, else one, else fewer trials at once
-    rounds = 2 if total >= 2 * concurrency * MIN_TRIAL_STEPS else 1
+    # gets ROUND_TRIAL_STEPS, else one, else fewer trials at once
+    rounds = 2 if total >= 2 * concurrency * ROUND_TRIAL_STEPS else 1
     if total < concurrency * MIN_TRIAL_STEPS:
         concurrency = max(1, int(total // MIN_TRIAL_STEPS))
     trials = rounds * concurrency
@@ -376,6 +380,8 @@ def _size(
     )
     if trial_steps < MIN_TRIAL_STEPS:
         why += f" (the budget buys fewer than {MIN_TRIAL_STEPS} steps even for one trial)"
+    elif rounds == 1 and total >= 2 * concurrency * MIN_TRIAL_STEPS:
+        why += f" (two rounds would leave each trial under {ROUND_TRIAL_STEPS} steps)"
     return Sizing(
         trials=trials,
         epochs=epochs,

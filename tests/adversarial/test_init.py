@@ -165,6 +165,24 @@ def test_a_budget_is_spent_on_trials_that_train(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "--budget" in bad.stderr and not (tmp_path / "bad.yaml").exists()
 
 
+def test_a_second_round_of_trials_only_when_each_trial_stays_long(tmp_path: Path) -> None:
+    """Between one round of trials and two, the longer trials win until each of two rounds keeps two
+    nnU-Net epochs: 5 minutes at 0.4 s a step on 2 workers is 1,200 steps, so 2 trials of 600, not 4 of 300;
+    20 minutes is 4 trials of 1,200."""
+    from distmis.data import ROUND_TRIAL_STEPS, TRAINING_SHARE
+
+    raw = write_msd(tmp_path / "raw", cases=10, shape=(32, 32, 32))
+    for budget, trials in (("5m", 2), ("20m", 4)):
+        config, _, text = _claims(tmp_path, raw, "--budget", budget, "--step-seconds", "0.4", "--workers", "2")
+        total = config.search.time_budget_seconds() * TRAINING_SHARE * 2 / 0.4
+        trial_steps = config.train.epochs * config.train.steps_per_epoch
+        assert (config.search.num_samples, config.search.max_concurrent_trials) == (trials, 2), (budget, text)
+        assert trial_steps == pytest.approx(total / trials, rel=0.05), (budget, text)
+        rounds = trials // 2
+        assert f"{rounds} round(s) of 2 trial(s) of {trial_steps} steps" in text
+        assert rounds == 1 or trial_steps >= ROUND_TRIAL_STEPS
+
+
 def test_the_distmis_recipe_keeps_its_width_at_every_budget(tmp_path: Path) -> None:
     """A CPU plan of the default recipe keeps its own 8 base filters however long the budget (16 were
     level with 8 at 20 minutes with instance norm, in one seed), while nnU-Net's recipe narrows from its 32 as its CPU widths allow."""
