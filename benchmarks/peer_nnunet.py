@@ -462,11 +462,18 @@ DISTMIS_FOLDERS = {"distmis": "distmis", "finalize": "distmis-finalize", "distmi
 NNUNET_TRAINERS = {"nnunet": TRAINER, "nnunet-noda": TRAINER_NODA}
 
 
+def system_folder(system: str, sets: dict[str, Any]) -> str:
+    """The folder a ``--systems`` name keeps its runs in under OUT/TASK/BUDGET/seedN (``--set`` keys
+    name a distmis system's folder too, so that a run with them is never read as one without)."""
+    if system in DISTMIS_FOLDERS:
+        return DISTMIS_FOLDERS[system] + (sets_folder(sets) if sets else "")
+    return system
+
+
 def kept_runs(where: Path, systems: list[str], sets: dict[str, Any]) -> list[dict[str, Any]]:
     """The runs of ``systems`` already kept for one budget and seed under ``where``, so that runs made
     by separate calls (a budget one day, a seed the next) can be reported and drawn together."""
-    folders = [folder + (sets_folder(sets) if sets else "") for s, folder in DISTMIS_FOLDERS.items() if s in systems]
-    folders += [s for s in NNUNET_TRAINERS if s in systems]
+    folders = [system_folder(s, sets) for s in [*DISTMIS_FOLDERS, *NNUNET_TRAINERS] if s in systems]
     return [
         json.loads((where / f / "result.json").read_text()) for f in folders if (where / f / "result.json").is_file()
     ]
@@ -511,9 +518,9 @@ def main() -> None:
     for budget in a.budgets.split(","):
         for seed in [int(s) for s in a.seeds.split(",")]:
             where = root / a.task / budget / f"seed{seed}"
-            for system, folder in DISTMIS_FOLDERS.items():
+            for system in DISTMIS_FOLDERS:
                 if system in systems:
-                    folder += sets_folder(sets) if sets else ""
+                    folder = system_folder(system, sets)
                     rows.append(run_distmis(raw, budget, seed, where / folder, a.recipe, system == "finalize",
                                             augment=system == "distmis-aug", sets=sets))  # fmt: skip
             if nnunet:  # the test cases of a distmis run of this seed, for every nnU-Net system
@@ -523,8 +530,8 @@ def main() -> None:
                 splits = json.loads((searched / "splits.json").read_text())
                 score = scorer_for(searched / "best", raw, splits["test"])
             for system in nnunet:
-                rows.append(run_nnunet(a.nnunet_python, raw, splits, budget, seed, where / system, score,
-                                       os.cpu_count() or 1, NNUNET_TRAINERS[system]))  # fmt: skip
+                rows.append(run_nnunet(a.nnunet_python, raw, splits, budget, seed, where / system_folder(system, sets),
+                                       score, os.cpu_count() or 1, NNUNET_TRAINERS[system]))  # fmt: skip
             report(rows, root / a.task)
 
 
