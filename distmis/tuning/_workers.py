@@ -258,6 +258,11 @@ class WorkerGroup:
                     ) from None
                 except RayTaskError as exc:
                     self.shutdown()
+                    if _lost_a_peer(exc):
+                        raise WorkerLost(
+                            f"worker {order[ref]} of {len(refs)} lost a peer during {what}: "
+                            f"{str(exc.cause).splitlines()[0][:200]}"
+                        ) from None
                     raise exc.as_instanceof_cause() from None
         return results
 
@@ -268,6 +273,16 @@ class WorkerGroup:
             with contextlib.suppress(Exception):  # already gone
                 ray.kill(actor, no_restart=True)
         self.actors = []
+
+
+def _lost_a_peer(exc: Any) -> bool:
+    """Whether a worker's step failed because another worker vanished mid-collective.
+
+    When a worker is killed, the survivor's all-reduce may fail first, with TensorFlow's
+    ``UnavailableError`` (connection reset by peer), before Ray reports the dead actor: it is
+    the same lost worker, and is reported as one. Matched by name, so the driver never imports
+    TensorFlow for it."""
+    return type(getattr(exc, "cause", None)).__name__ == "UnavailableError"
 
 
 __all__ = ["TrainingWorker", "TrialSession", "TrialStart", "WorkerGroup", "WorkerLost"]

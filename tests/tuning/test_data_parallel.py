@@ -233,7 +233,8 @@ def test_a_killed_worker_restarts_the_trial_from_its_checkpoint(
     assert len(rows) == 1 and rows[0]["status"] == "TERMINATED" and rows[0]["epochs"] == "4"
     assert _epochs_of(out, rows[0]["trial_id"]) == [1, 2, 3, 4]
     text = (tmp_path / "search.log").read_text() + (out / "tune.log").read_text()
-    assert "died during step" in text  # the failure was seen as a lost worker
+    # the failure was seen as a lost worker: the dead one's, or its peer's collective, whichever Ray reports first
+    assert "died during step" in text or "lost a peer during step" in text
     assert f"trial {rows[0]['trial_id']} resumes from epoch" in text  # not from scratch
     wait_free(head, 2)
 
