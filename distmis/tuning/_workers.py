@@ -276,7 +276,7 @@ class WorkerGroup:
 
 
 def _lost_a_peer(exc: Any) -> bool:
-    """Whether a worker's step failed because another worker vanished mid-collective.
+    """Whether a worker's call (a step, a restore) failed because another worker vanished mid-collective.
 
     When a worker is killed, the survivor's all-reduce may fail first, with TensorFlow's
     ``UnavailableError`` (connection reset by peer), before Ray reports the dead actor: it is
