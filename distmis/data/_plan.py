@@ -18,7 +18,7 @@ The rules:
   voxels, at most 6);
 - **patch**: the whole prepared volume when its estimated training memory fits the budget
   (``--gpu-memory``, or 4 GiB of host memory for a CPU), else the largest axis shrunk first;
-  batch 2 (nnU-Net's); a third of the patches centred on foreground when a patch is smaller
+  at the planned batch: 2 (nnU-Net's), or every training case when fewer train; a third of the patches centred on foreground when a patch is smaller
   than the volume;
 - **labels**: one foreground label -> binary and Dice; several -> multi-class and Dice +
   cross-entropy; BraTS's three nested tumour labels (MSD's 1, 2, 3 or the challenges' 1, 2, 4) -> the
@@ -143,13 +143,15 @@ class Sizing:
         return self.epochs * self.steps_per_epoch
 
 
-def _patch(shape: list[int], *, budget_gb: float, depth: int, channels: int, filters: int) -> list[int]:
-    """The whole volume if it fits the budget, else shrink the largest axis, one divisor at a time."""
+def _patch(shape: list[int], *, budget_gb: float, depth: int, channels: int, filters: int, batch: int) -> list[int]:
+    """The whole volume if it fits the budget, else shrink the largest axis, one divisor at a time.
+    Memory is counted at the planned batch: a dataset that trains on one case can afford twice the
+    voxels of nnU-Net's batch of 2."""
     divisor = 2 ** (depth - 1)
     patch = list(shape)
 
     def fits(p: list[int]) -> bool:
-        need = activation_bytes(tuple(p), depth=depth, filters=filters, batch=BATCH, channels=channels)  # type: ignore[arg-type]
+        need = activation_bytes(tuple(p), depth=depth, filters=filters, batch=batch, channels=channels)  # type: ignore[arg-type]
         return need <= budget_gb * 2**30
 
     while not fits(patch) and max(patch) > divisor:
@@ -232,7 +234,7 @@ class _Plan:
             tuple(self.patch),  # type: ignore[arg-type]
             depth=self.depth,
             filters=self.sizing.filters,
-            batch=BATCH,
+            batch=self.batch,
             channels=len(self.modalities),
         )
         return need / 2**30
@@ -332,7 +334,9 @@ def _size(
     """Width, patch, trials, epochs and steps: see the module's rules."""
     concurrency = options.concurrency or (1 if gpu else 2)
     widths = _widths(recipe, gpu)
-    patches = {w: _patch(shape, budget_gb=memory_gb, depth=depth, channels=channels, filters=w) for w in widths}
+    patches = {
+        w: _patch(shape, budget_gb=memory_gb, depth=depth, channels=channels, filters=w, batch=batch) for w in widths
+    }
     if options.search_seconds is None or options.step_seconds is None:
         width = widths[-1]
         steps_per_epoch = math.ceil(MIN_TRIAL_STEPS / EPOCHS)

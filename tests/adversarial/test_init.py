@@ -52,6 +52,23 @@ def test_the_plan_follows_the_data(tmp_path: Path) -> None:
     assert small["train"]["validation"] == "patch" and plan["train"]["validation"] == "window"
 
 
+def test_the_patch_is_sized_at_the_batch_that_trains(tmp_path: Path) -> None:
+    """A dataset that leaves one case to train plans a batch of 1, so the same GPU memory holds a
+    larger patch than at nnU-Net's batch of 2, and the estimate init states still fits the budget."""
+    import math
+    import re
+
+    plans = {}
+    for cases in (3, 6):
+        raw = write_msd(tmp_path / f"raw{cases}", cases=cases, shape=(48, 40, 36))
+        plans[cases] = _plan(tmp_path, raw, "--gpu-memory", "0.02", "--overwrite")
+        text = (tmp_path / "plan.yaml").read_text()
+        estimate = re.search(r"~([0-9.]+) GiB", text)
+        assert estimate and float(estimate.group(1)) <= 0.02, text
+    assert plans[3]["train"]["batch_size_per_replica"] == 1 and plans[6]["train"]["batch_size_per_replica"] == 2
+    assert math.prod(plans[3]["train"]["patch"]) > math.prod(plans[6]["train"]["patch"])
+
+
 def test_one_label_plans_a_binary_dice_search(tmp_path: Path) -> None:
     raw = write_msd(tmp_path / "raw", cases=4, shape=(16, 16, 16))
     meta = json.loads((raw / "dataset.json").read_text())
