@@ -18,8 +18,8 @@ The rules:
   voxels, at most 6);
 - **patch**: the whole prepared volume when its estimated training memory fits the budget
   (``--gpu-memory``, or 4 GiB of host memory for a CPU), else the largest axis shrunk first;
-  at the planned batch: 2 (nnU-Net's), or every training case when fewer train; a third of the patches centred on foreground when a patch is smaller
-  than the volume;
+  memory at the planned batch: 2 (nnU-Net's), or every training case when fewer train; a third
+  of the patches centred on foreground when a patch is smaller than the volume;
 - **labels**: one foreground label -> binary and Dice; several -> multi-class and Dice +
   cross-entropy; BraTS's three nested tumour labels (MSD's 1, 2, 3 or the challenges' 1, 2, 4) -> the
   regions WT, TC and ET;

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import re
 import subprocess
 from pathlib import Path
 
@@ -55,9 +57,6 @@ def test_the_plan_follows_the_data(tmp_path: Path) -> None:
 def test_the_patch_is_sized_at_the_batch_that_trains(tmp_path: Path) -> None:
     """A dataset that leaves one case to train plans a batch of 1, so the same GPU memory holds a
     larger patch than at nnU-Net's batch of 2, and the estimate init states still fits the budget."""
-    import math
-    import re
-
     plans = {}
     for cases in (3, 6):
         raw = write_msd(tmp_path / f"raw{cases}", cases=cases, shape=(48, 40, 36))
