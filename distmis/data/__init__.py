@@ -27,8 +27,8 @@ from distmis.data._msd import (
 from distmis.data._normalize import SCHEMES as NORMALIZATIONS
 from distmis.data._normalize import channel_schemes, is_ct, normalize, zscore_nonzero
 from distmis.data._normalize import describe as describe_normalisation
-from distmis.data._plan import HEADER as INIT_HEADER
 from distmis.data._plan import (
+    FINALIZE_ROUND_TRIAL_STEPS,
     MIN_TRIAL_STEPS,
     ROUND_TRIAL_STEPS,
     SEARCH_SHARE,
@@ -39,6 +39,7 @@ from distmis.data._plan import (
     relative_source,
     unplannable,
 )
+from distmis.data._plan import HEADER as INIT_HEADER
 from distmis.data._prepare import (
     crop_or_pad,
     prepare_dataset,
@@ -72,6 +73,7 @@ __all__ = [
     "augment_spatial_parameters",
     "INIT_HEADER",
     "MIN_TRIAL_STEPS",
+    "FINALIZE_ROUND_TRIAL_STEPS",
     "ROUND_TRIAL_STEPS",
     "PlanOptions",
     "SEARCH_SHARE",

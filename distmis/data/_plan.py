@@ -28,7 +28,8 @@ The rules:
 - **budget** (``--budget``): a trial is never planned shorter than one nnU-Net epoch (250 steps)
   when the budget allows one; 80 % of the budget, at the seconds per step measured with as many
   trials stepping at once as will run at once, buys two whole rounds of trials at once when each
-  then gets 500 steps (two nnU-Net epochs), else one round, else fewer trials at once; the steps
+  then gets 1,000 steps (four nnU-Net epochs; 500 with ``--finalize``, whose folds follow the
+  search's rounds), else one round, else fewer trials at once; the steps
   left over lengthen the trials; no early stopping (every trial finishes), and the search stops at the deadline
   (``search.time_budget``). Without a budget: 8 trials of 12 epochs, each at least 250 steps;
 - **finalize** (``--budget B --finalize``): the search is planned for half of B, and the file's
@@ -62,10 +63,15 @@ CPU_BUDGET_GB = 4.0
 TRIALS, EPOCHS, BATCH = 8, 12, 2
 #: no trial is planned shorter than one nnU-Net epoch of steps
 MIN_TRIAL_STEPS = 250
-#: a second round of trials only when each trial then still gets this many steps (two nnU-Net
-#: epochs): below it a trial's steps buy more than a second round's trials (on the anatomy task at 5
-#: minutes, 2 trials of 600 steps scored above 4 of 300 in every seed: docs/benchmarks.md)
-ROUND_TRIAL_STEPS = 2 * MIN_TRIAL_STEPS
+#: a second round of trials only when each trial then still gets this many steps (four nnU-Net
+#: epochs): below it a trial's steps buy more than a second round's trials (on the anatomy task, 2
+#: trials of 600 steps scored above 4 of 300 at 5 minutes and 2 of 1,180 above 4 of 570-600 at 10, in
+#: every seed; 2 of 2,360 were level with 4 of 1,180 at 20: docs/benchmarks.md)
+ROUND_TRIAL_STEPS = 4 * MIN_TRIAL_STEPS
+#: with ``--finalize``, a second round from two nnU-Net epochs a trial: finalize runs as many rounds
+#: of folds as the search ran rounds of trials, and the ensemble measured is 4 folds of about 600
+#: steps; one round would leave 2 folds, each trained on half the cases, which is not measured
+FINALIZE_ROUND_TRIAL_STEPS = 2 * MIN_TRIAL_STEPS
 #: a budget's epochs per trial: enough reports for a curve, each at least a few steps
 MAX_EPOCHS, MIN_EPOCH_STEPS = 10, 10
 #: the share of a budget planned for training steps; the rest is start-up, preparing and validation
@@ -371,8 +377,9 @@ def _size(
             seconds = base_seconds
     total = steps_total / seconds
     # whole rounds of `concurrency` trials (a part round leaves workers idle): two when each trial still
-    # gets ROUND_TRIAL_STEPS, else one, else fewer trials at once
-    rounds = 2 if total >= 2 * concurrency * ROUND_TRIAL_STEPS else 1
+    # gets its round's steps, else one, else fewer trials at once
+    round_steps = FINALIZE_ROUND_TRIAL_STEPS if options.finalize else ROUND_TRIAL_STEPS
+    rounds = 2 if total >= 2 * concurrency * round_steps else 1
     if total < concurrency * MIN_TRIAL_STEPS:
         concurrency = max(1, int(total // MIN_TRIAL_STEPS))
     trials = rounds * concurrency
@@ -385,7 +392,7 @@ def _size(
     if trial_steps < MIN_TRIAL_STEPS:
         why += f" (the budget buys fewer than {MIN_TRIAL_STEPS} steps even for one trial)"
     elif rounds == 1 and total >= 2 * concurrency * MIN_TRIAL_STEPS:
-        why += f" (two rounds would leave each trial under {ROUND_TRIAL_STEPS} steps)"
+        why += f" (two rounds would leave each trial under {round_steps} steps)"
     return Sizing(
         trials=trials,
         epochs=epochs,

@@ -182,21 +182,29 @@ def test_a_budget_is_spent_on_trials_that_train(tmp_path: Path) -> None:
 
 
 def test_a_second_round_of_trials_only_when_each_trial_stays_long(tmp_path: Path) -> None:
-    """Between one round of trials and two, the longer trials win until each of two rounds keeps two
-    nnU-Net epochs: 5 minutes at 0.4 s a step on 2 workers is 1,200 steps, so 2 trials of 600, not 4 of 300;
-    20 minutes is 4 trials of 1,200."""
-    from distmis.data import ROUND_TRIAL_STEPS, TRAINING_SHARE
+    """Between one round of trials and two, the longer trials win until each of two rounds keeps four
+    nnU-Net epochs: at 0.4 s a step on 2 workers, 5 minutes is 2 trials of 600 steps, not 4 of 300, and 10
+    minutes 2 of 1,200, not 4 of 600; 20 minutes is 4 trials of 1,200. With ``--finalize`` the search
+    keeps two rounds from two nnU-Net epochs a trial, so that its folds are the 4 measured, not 2."""
+    from distmis.data import FINALIZE_ROUND_TRIAL_STEPS, ROUND_TRIAL_STEPS, TRAINING_SHARE
 
     raw = write_msd(tmp_path / "raw", cases=10, shape=(32, 32, 32))
-    for budget, trials in (("5m", 2), ("20m", 4)):
-        config, _, text = _claims(tmp_path, raw, "--budget", budget, "--step-seconds", "0.4", "--workers", "2")
+    plans = (("5m", [], 2), ("10m", [], 2), ("20m", [], 4), ("20m", ["--finalize"], 4), ("10m", ["--finalize"], 2))
+    for budget, extra, trials in plans:
+        args = ["--budget", budget, "--step-seconds", "0.4", "--workers", "2", *extra]
+        config, _, text = _claims(tmp_path, raw, *args)
         total = config.search.time_budget_seconds() * TRAINING_SHARE * 2 / 0.4
         trial_steps = config.train.epochs * config.train.steps_per_epoch
-        assert (config.search.num_samples, config.search.max_concurrent_trials) == (trials, 2), (budget, text)
-        assert trial_steps == pytest.approx(total / trials, rel=0.05), (budget, text)
+        assert (config.search.num_samples, config.search.max_concurrent_trials) == (trials, 2), (args, text)
+        assert trial_steps == pytest.approx(total / trials, rel=0.05), (args, text)
         rounds = trials // 2
         assert f"{rounds} round(s) of 2 trial(s) of {trial_steps} steps" in text
-        assert rounds == 1 or trial_steps >= ROUND_TRIAL_STEPS
+        needed = FINALIZE_ROUND_TRIAL_STEPS if extra else ROUND_TRIAL_STEPS
+        assert (rounds == 2) == (total >= 2 * 2 * needed), (args, text)
+        if rounds == 1 and total >= 2 * 2 * 250:
+            assert f"two rounds would leave each trial under {needed} steps" in text, (args, text)
+    finalize = _claims(tmp_path, raw, "--budget", "20m", "--step-seconds", "0.4", "--workers", "2", "--finalize")[0]
+    assert finalize.finalize.folds == 4
 
 
 def test_the_distmis_recipe_keeps_its_width_at_every_budget(tmp_path: Path) -> None:
