@@ -3,9 +3,9 @@
 Reads every training case once (as `distmis inspect` does), then chooses the prepared shape, the
 patch and batch for the memory given, the label mode and loss, the normalisation, the recipe
 (distmis's by default, nnU-Net's with --recipe nnunet; the recipe's own configuration is the
-search's first point) and how the time budget is spent, each with a comment saying which rule gave it. With --budget, a few training steps of the
-planned network are timed on this machine (or --step-seconds gives the time of one step on the
-machine the search will run on). Search the file with `distmis tune FILE`.
+search's first point) and how the time budget is spent, each with a comment saying which rule gave it.
+With --budget, the planned network's training steps are timed on this machine for a few seconds (or
+--step-seconds gives the time of one step on the machine the search will run on). Search the file with `distmis tune FILE`.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="seconds of one training step of the recipe's network, at the planned batch, on the machine the "
         "search will run on "
-        "(default: timed here in a few steps; needed for a GPU plan made on a machine without one)",
+        "(default: timed here over a few seconds of steps; needed for a GPU plan made on a machine without one)",
     )
     p.add_argument(
         "--recipe",
@@ -177,6 +177,7 @@ def _step_timer(args: argparse.Namespace, fp: dict[str, Any], *, channels: int) 
     """(filters, patch, batch) -> seconds of one training step: ``--step-seconds`` for the recipe's own width
     (scaled to a narrower one by the plan), else timed here with the threads a trial will get."""
     from distmis.console import notify
+    from distmis.training import TIMED_SECONDS
 
     given = args.step_seconds
     cache: dict[tuple[int, tuple, int], float] = {}
@@ -187,8 +188,8 @@ def _step_timer(args: argparse.Namespace, fp: dict[str, Any], *, channels: int) 
         key = (filters, tuple(patch), batch)
         if key not in cache:
             notify(
-                f"distmis: timing a few training steps ({filters} filters, patch {list(patch)}, batch {batch})"
-                " on this machine"
+                f"distmis: timing training steps ({filters} filters, patch {list(patch)}, batch {batch})"
+                f" on this machine for {TIMED_SECONDS:.0f} s"
             )
             cache[key] = _measure(args, fp, filters, tuple(patch), channels, batch)
         return cache[key]

@@ -11,13 +11,19 @@ from distmis.training._run import (
 )
 from distmis.training._runtime import configure_tensorflow, release_in_background
 from distmis.training._steptime import (
+    MIN_TIMED_STEPS,
+    TIMED_SECONDS,
     measure_concurrent_step_seconds,
     measure_recipe_step_seconds,
+    measure_step_samples,
     measure_step_seconds,
+    steady_step_seconds,
 )
 
 __all__ = [
     "CHECKPOINT_DIR",
+    "MIN_TIMED_STEPS",
+    "TIMED_SECONDS",
     "EpochMetrics",
     "FitResult",
     "RunSession",
@@ -29,7 +35,9 @@ __all__ = [
     "load_arrays",
     "measure_concurrent_step_seconds",
     "measure_recipe_step_seconds",
+    "measure_step_samples",
     "measure_step_seconds",
     "release_in_background",
     "save_arrays",
+    "steady_step_seconds",
 ]

@@ -1,8 +1,8 @@
-"""A training step's seconds for a planned model on this machine, measured in a few steps.
+"""A training step's seconds for a planned model on this machine, measured over a few seconds of steps.
 
 ``distmis init --budget`` sizes a search (trials, epochs, steps per epoch) from the seconds one
 step takes. Estimating them from a FLOP count would need a per-device throughput that nobody
-knows for their CPU or GPU; a few real steps of the planned network on random data of the planned
+knows for their CPU or GPU; real steps of the planned network on random data of the planned
 patch and batch cost seconds and are right for the machine they run on. ``--step-seconds`` gives
 the figure for another machine (the cluster the search will run on).
 
@@ -10,6 +10,12 @@ Trials that share a host's cores slow each other down beyond their thread counts
 caches, tf.data's and Python's own threads): two 1-thread trials on 2 cores stepped at 0.62 s
 each where one alone stepped at 0.39 s. :func:`measure_concurrent_step_seconds` therefore times the
 steps in as many processes at once as the search will run trials at once.
+
+A machine's speed drifts for seconds at a time (other tenants of a virtual machine, the kernel's
+own work): on an idle 2-core machine, the median of 3 steps ranged 0.42-0.65 s over windows of one
+run whose steps were 0.47 s over a minute. A disturbance only ever slows a step, so the steps are
+timed for :data:`TIMED_SECONDS` and the figure is their lower quartile (:func:`steady_step_seconds`),
+which a slow spell over up to three quarters of the window does not move.
 """
 
 from __future__ import annotations
@@ -30,11 +36,38 @@ def measure_step_seconds(
     channels: int,
     classes: int,
     batch: int,
-    steps: int = 3,
+    seconds: float | None = None,
     ready: Any = None,
 ) -> float:
-    """The median seconds of ``steps`` training steps after one warm-up step (the trace); with
-    ``ready`` (a barrier), the timed steps start when every process sharing it has warmed up."""
+    """:func:`steady_step_seconds` of :func:`measure_step_samples`'s steps."""
+    return steady_step_seconds(
+        measure_step_samples(
+            model_config,
+            optimizer_config,
+            patch=patch,
+            channels=channels,
+            classes=classes,
+            batch=batch,
+            seconds=seconds,
+            ready=ready,
+        )
+    )
+
+
+def measure_step_samples(
+    model_config: ModelConfig,
+    optimizer_config: OptimizerConfig,
+    *,
+    patch: tuple[int, int, int],
+    channels: int,
+    classes: int,
+    batch: int,
+    seconds: float | None = None,
+    ready: Any = None,
+) -> list[float]:
+    """The seconds of each training step timed after one warm-up step (the trace): steps for
+    ``seconds`` (:data:`TIMED_SECONDS` by default), and at least :data:`MIN_TIMED_STEPS` of them. With ``ready`` (a barrier), the timed steps start when every
+    process sharing it has warmed up."""
     import numpy as np
     import tensorflow as tf
 
@@ -65,13 +98,31 @@ def measure_step_seconds(
     step()  # the trace and the first allocation
     if ready is not None:
         ready.wait(timeout=BARRIER_SECONDS)
-    seconds = []
-    for _ in range(steps):
+    window = TIMED_SECONDS if seconds is None else seconds
+    samples: list[float] = []
+    began = time.perf_counter()
+    while len(samples) < MIN_TIMED_STEPS or time.perf_counter() - began < window:
         start = time.perf_counter()
         step().numpy()
-        seconds.append(time.perf_counter() - start)
-    return float(np.median(seconds))
+        samples.append(time.perf_counter() - start)
+    return samples
 
+
+def steady_step_seconds(samples: list[float]) -> float:
+    """The lower quartile of a window's step seconds: the machine's own speed, which a slow spell
+    over up to three quarters of the window does not move (a disturbance only ever slows a step),
+    and not the minimum, so that one lucky step does not set a plan."""
+    import numpy as np
+
+    if not samples:
+        raise ValueError("no step was timed")
+    return float(np.quantile(samples, 0.25))
+
+
+#: how long each timing process steps (a step of a few seconds still gets MIN_TIMED_STEPS)
+TIMED_SECONDS = 5.0
+#: the fewest steps timed, however slow a step is
+MIN_TIMED_STEPS = 3
 
 #: how long a timing process waits for the others to warm up (a trace of a large network on a CPU)
 BARRIER_SECONDS = 900.0
@@ -176,4 +227,12 @@ def measure_recipe_step_seconds(
     )
 
 
-__all__ = ["measure_concurrent_step_seconds", "measure_recipe_step_seconds", "measure_step_seconds"]
+__all__ = [
+    "MIN_TIMED_STEPS",
+    "TIMED_SECONDS",
+    "measure_concurrent_step_seconds",
+    "measure_recipe_step_seconds",
+    "measure_step_samples",
+    "measure_step_seconds",
+    "steady_step_seconds",
+]
