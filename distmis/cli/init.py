@@ -3,9 +3,10 @@
 Reads every training case once (as `distmis inspect` does), then chooses the prepared shape, the
 patch and batch for the memory given, the label mode and loss, the normalisation, the recipe
 (distmis's by default, nnU-Net's with --recipe nnunet; the recipe's own configuration is the
-search's first point) and how the time budget is spent, each with a comment saying which rule gave it.
-With --budget, the planned network's training steps are timed on this machine for a few seconds (or
---step-seconds gives the time of one step on the machine the search will run on). Search the file with `distmis tune FILE`.
+search's first point) and how the time budget is spent, each with a comment saying which rule
+gave it. With --budget, the planned network's training steps are timed on this machine for a few
+seconds (or --step-seconds gives the time of one step on the machine the search will run on).
+Search the file with `distmis tune FILE`.
 """
 
 from __future__ import annotations

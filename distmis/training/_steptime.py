@@ -66,8 +66,8 @@ def measure_step_samples(
     ready: Any = None,
 ) -> list[float]:
     """The seconds of each training step timed after one warm-up step (the trace): steps for
-    ``seconds`` (:data:`TIMED_SECONDS` by default), and at least :data:`MIN_TIMED_STEPS` of them. With ``ready`` (a barrier), the timed steps start when every
-    process sharing it has warmed up."""
+    ``seconds`` (:data:`TIMED_SECONDS` by default), and at least :data:`MIN_TIMED_STEPS` of them.
+    With ``ready`` (a barrier), the timed steps start when every process sharing it has warmed up."""
     import numpy as np
     import tensorflow as tf
 
