@@ -152,7 +152,7 @@ def measure_concurrent_step_seconds(
     batch: int,
 ) -> float:
     """A step's seconds while ``processes`` trials of ``threads`` threads each step at once: the
-    median over the processes of each one's median step.
+    median over the processes of each one's :func:`steady_step_seconds`.
 
     Raises:
         RuntimeError: a timing process failed or did not answer in time (naming why).
