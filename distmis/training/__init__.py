@@ -16,7 +16,6 @@ from distmis.training._steptime import (
     measure_concurrent_step_seconds,
     measure_recipe_step_seconds,
     measure_step_samples,
-    measure_step_seconds,
     steady_step_seconds,
 )
 
@@ -36,7 +35,6 @@ __all__ = [
     "measure_concurrent_step_seconds",
     "measure_recipe_step_seconds",
     "measure_step_samples",
-    "measure_step_seconds",
     "release_in_background",
     "save_arrays",
     "steady_step_seconds",

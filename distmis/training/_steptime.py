@@ -28,32 +28,6 @@ if TYPE_CHECKING:
     from distmis.recipes import Recipe
 
 
-def measure_step_seconds(
-    model_config: ModelConfig,
-    optimizer_config: OptimizerConfig,
-    *,
-    patch: tuple[int, int, int],
-    channels: int,
-    classes: int,
-    batch: int,
-    seconds: float | None = None,
-    ready: Any = None,
-) -> float:
-    """:func:`steady_step_seconds` of :func:`measure_step_samples`'s steps."""
-    return steady_step_seconds(
-        measure_step_samples(
-            model_config,
-            optimizer_config,
-            patch=patch,
-            channels=channels,
-            classes=classes,
-            batch=batch,
-            seconds=seconds,
-            ready=ready,
-        )
-    )
-
-
 def measure_step_samples(
     model_config: ModelConfig,
     optimizer_config: OptimizerConfig,
@@ -134,7 +108,7 @@ def _timing_process(threads: int | None, kwargs: dict[str, Any], ready: Any, res
 
     configure_tensorflow(threads)
     try:
-        results.put(measure_step_seconds(**kwargs, ready=ready))
+        results.put(steady_step_seconds(measure_step_samples(**kwargs, ready=ready)))
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which names it
         ready.abort()
         results.put(f"{type(exc).__name__}: {exc}")
@@ -233,6 +207,5 @@ __all__ = [
     "measure_concurrent_step_seconds",
     "measure_recipe_step_seconds",
     "measure_step_samples",
-    "measure_step_seconds",
     "steady_step_seconds",
 ]
