@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -121,6 +122,10 @@ class RunSession:
         resume_from: a ``checkpoint/`` directory to continue from (optimiser state and epoch included).
         metric, mode: what "best" means for ``best/``.
         is_chief: whether this process writes files.
+        keep_until: Unix time after which the chief keeps no epoch but the first (a search's time
+            budget): an epoch that ends later is not written, the last kept one is returned again,
+            and the run is done. Only the chief decides, on its own clock: the group's answer is
+            the chief's, so its workers never disagree on whether to take another step.
     """
 
     def __init__(
@@ -134,8 +139,11 @@ class RunSession:
         metric: str = VAL_DICE,
         mode: str = "max",
         is_chief: bool = True,
+        keep_until: float | None = None,
     ) -> None:
         self.config = config
+        self.keep_until = keep_until
+        self._closed = False  # an epoch ended after keep_until: nothing more is kept
         self.run_dir = Path(run_dir)
         self.metric, self.mode, self.is_chief = metric, mode, is_chief
         self.manifest = load_manifest(prepared)
@@ -181,8 +189,8 @@ class RunSession:
 
     @property
     def done(self) -> bool:
-        """Every epoch trained *and* reported."""
-        return self.trainer.epoch >= self.config.train.epochs and not self._unreported
+        """Every epoch trained *and* reported, or the time to keep one is over."""
+        return (self._closed or self.trainer.epoch >= self.config.train.epochs) and not self._unreported
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -237,6 +245,11 @@ class RunSession:
         with pipeline_errors():  # a case that cannot be read: distmis's one line, not TensorFlow's traceback
             metrics = self.trainer.run_epoch()
         arrays = self.trainer.state_arrays()  # every rank: may be a collective
+        if self.is_chief and self.keep_until is not None and time.time() > self.keep_until and self.history:
+            # too late to reach the search's records: kept, these weights would be a best/ no record names
+            # (a first epoch is kept all the same: a trial Tune heard from then always has weights)
+            self._closed = True
+            return EpochMetrics.from_dict(self.history[-1])
         metrics.nonfinite_weights = float(_nonfinite_weights(arrays))
         row = metrics.as_dict()
         self.history.append(row)

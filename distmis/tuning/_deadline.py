@@ -24,6 +24,10 @@ from distmis.schema import RunFile
 
 #: how often the spent seconds are written while the search runs (a kill loses at most this)
 WRITE_EVERY_SECONDS = 5.0
+#: an epoch must end this long before the deadline for a trial to keep it: its report then reaches
+#: Tune before Tune stops the search (checked every 0.1 s), so the trial's best/ and checkpoint
+#: never hold an epoch that results.csv, summary.json and MLflow do not know
+REPORT_MARGIN_SECONDS = 2.0
 
 
 class TimeSpent(BaseModel):
@@ -105,9 +109,22 @@ class SearchDeadline(Stopper):
         self._begin(time.time())
 
 
+def epochs_kept_until(out: Path, budget_seconds: float | None, started: float) -> float | None:
+    """The Unix time by which a trial's epoch must end to be kept (``None``: no budget).
+
+    It is this run's share of the budget, counted from ``started`` after what earlier runs spent
+    (as :class:`SearchDeadline` counts it), less :data:`REPORT_MARGIN_SECONDS`. Why the trials need
+    it: Tune stops a trial only once its epoch in progress has ended, and drops that epoch's
+    report; a trial that wrote the epoch's weights anyway would leave a best model no record names.
+    """
+    if budget_seconds is None:
+        return None
+    return started + budget_seconds - time_spent(out) - REPORT_MARGIN_SECONDS
+
+
 def deadline_reached(out: Path, budget_seconds: float | None) -> bool:
     """Whether the search in ``out`` has spent its budget (what makes unstarted trials not an interruption)."""
     return budget_seconds is not None and time_spent(out) >= budget_seconds
 
 
-__all__ = ["SearchDeadline", "deadline_reached", "time_spent"]
+__all__ = ["REPORT_MARGIN_SECONDS", "SearchDeadline", "deadline_reached", "epochs_kept_until", "time_spent"]

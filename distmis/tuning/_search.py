@@ -282,7 +282,10 @@ def _run_trials(
 ) -> SearchSummary:
     config = plan.config
     with timings.phase("tuner_setup"):
-        context = trial_context(config, prepared, plan.out, base_dir=plan.base_dir)
+        from distmis.tuning._deadline import epochs_kept_until
+
+        keep_until = epochs_kept_until(plan.out, config.search.time_budget_seconds(), timings.started)
+        context = trial_context(config, prepared, plan.out, base_dir=plan.base_dir, keep_until=keep_until)
         tuner = build_tuner(
             config,
             plan.out,

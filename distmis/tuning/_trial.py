@@ -76,6 +76,8 @@ class TrialContext:
     workers: int = 1
     cpus_per_worker: float = 1.0
     gpus_per_worker: float = 0.0
+    #: Unix time by which an epoch must end to be kept (``search.time_budget``; ``None``: no budget)
+    keep_until: float | None = None
 
 
 def trial_resources(workers: int, cpus_per_worker: float, gpus_per_worker: float) -> Any:
@@ -168,7 +170,15 @@ class DistmisTrial(tune.Trainable):
         own = self._run_dir / "checkpoint"
         resume = str(own) if (own / "state.npz").is_file() else None
         spec = TrialStart(
-            ctx.base_config, params, ctx.prepared, str(self._run_dir), ctx.metric, ctx.mode, resume, reported_epochs=0
+            ctx.base_config,
+            params,
+            ctx.prepared,
+            str(self._run_dir),
+            ctx.metric,
+            ctx.mode,
+            resume,
+            reported_epochs=0,
+            keep_until=ctx.keep_until,
         )
         epoch = self._runner.start(spec)
         if resume is not None:
@@ -177,8 +187,9 @@ class DistmisTrial(tune.Trainable):
     def step(self) -> dict[str, Any]:
         if self._failure is not None:
             return configuration_failure(self._failure, self._started)
+        began = time.time()
         metrics = self._runner.step()
-        done = metrics.pop("done")
+        done = metrics.pop("done") or self._next_epoch_too_late(time.time() - began)
         diverged = divergence(metrics, self._context.metric)
         if diverged is not None:  # a failed trial, not a result: Optuna records FAIL, Tune does not retry
             metrics[FAILURE] = diverged
@@ -199,6 +210,22 @@ class DistmisTrial(tune.Trainable):
         if done:
             metrics[tune.result.DONE] = True
         return metrics
+
+    def _next_epoch_too_late(self, last_epoch_seconds: float) -> bool:
+        """Whether another epoch as long as the last would end after the search's time budget.
+
+        Such an epoch would be dropped (see :func:`~distmis.tuning._deadline.epochs_kept_until`):
+        ending the trial here frees its CPUs or GPUs and ends the search on time instead.
+        """
+        keep_until = self._context.keep_until
+        if keep_until is None or time.time() + last_epoch_seconds <= keep_until:
+            return False
+        print(
+            f"distmis: trial {self.trial_id} ends here: another epoch ({last_epoch_seconds:.0f} s) would end "
+            "after search.time_budget",
+            flush=True,
+        )
+        return True
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
         if self._failure is not None:

@@ -25,7 +25,14 @@ if TYPE_CHECKING:
     from distmis.tuning._trial import TrialContext
 
 
-def trial_context(config: ExperimentConfig, prepared: Path, out: Path, *, base_dir: Path | None = None) -> TrialContext:
+def trial_context(
+    config: ExperimentConfig,
+    prepared: Path,
+    out: Path,
+    *,
+    base_dir: Path | None = None,
+    keep_until: float | None = None,
+) -> TrialContext:
     """What every trial of this search needs besides its sampled parameters.
 
     A relative ``data.source`` is written into the trials' configurations resolved against
@@ -49,6 +56,7 @@ def trial_context(config: ExperimentConfig, prepared: Path, out: Path, *, base_d
         workers=par.workers_per_trial,
         cpus_per_worker=par.cpus_per_worker,
         gpus_per_worker=par.gpus_per_worker,
+        keep_until=keep_until,
     )
 
 

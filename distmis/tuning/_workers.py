@@ -53,6 +53,8 @@ class TrialStart:
     resume_from: str | None = None
     #: epochs Tune has already seen; those after it are reported again
     reported_epochs: int | None = 0
+    #: Unix time by which an epoch must end to be kept (``search.time_budget``; ``None``: no budget)
+    keep_until: float | None = None
 
 
 class TrialSession:
@@ -95,6 +97,7 @@ class TrialSession:
             is_chief=self.rank == 0,
             metric=spec.metric,
             mode=spec.mode,
+            keep_until=spec.keep_until,
         )
         t2 = time.perf_counter()
         if spec.resume_from is not None:

@@ -55,3 +55,92 @@ def test_trials_carry_a_data_source_that_reads_from_anywhere(tmp_path: Path) -> 
     assert context.base_config["data"]["source"] == str((tmp_path / "data" / "Task01").resolve())
     synthetic = trial_context(ExperimentConfig(), tmp_path, tmp_path / "run", base_dir=tmp_path)
     assert synthetic.base_config["data"]["source"] == "synthetic"
+
+
+def test_an_epoch_that_ends_too_late_is_not_kept(prepared16: Path, tmp_path: Path) -> None:
+    """Past ``keep_until`` the chief writes nothing more and hands back the last kept epoch: Tune
+    drops a report that comes after the deadline, so a kept late epoch would be a best/ and a
+    checkpoint that no record names."""
+    from distmis.config import ExperimentConfig
+    from distmis.training import RunSession
+
+    config = ExperimentConfig.model_validate(
+        {
+            "data": {"source": str(prepared16)},
+            "train": {"epochs": 5, "steps_per_epoch": 2, "batch_size_per_replica": 2},
+            "model": {"depth": 2, "filters": 4},
+        }
+    )
+    run = tmp_path / "run"
+    session = RunSession(config, prepared16, run, keep_until=time.time() + 3600)
+    first = session.step()
+    assert first.epoch == 1 and not session.done
+    session.keep_until = time.time() - 1  # the deadline passes during the second epoch
+    again = session.step()
+    assert again.as_dict() == first.as_dict() and session.done
+    assert json.loads((run / "checkpoint" / "state.json").read_text())["epoch"] == 1
+    assert json.loads((run / "best" / "metrics.json").read_text())["epoch"] == 1
+    assert len((run / RunFile.METRICS).read_text().splitlines()) == 2  # the header and epoch 1
+
+
+@pytest.mark.slow
+def test_a_deadline_that_cuts_through_the_trials_leaves_records_that_name_the_kept_weights(
+    prepared16: Path, tmp_path: Path
+) -> None:
+    """A search whose time budget ends while its trials train: every epoch a trial kept ended before
+    the deadline, and results.csv, summary.json, each trial's files and best/ agree on them."""
+    import csv
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    budget = 45
+    space = tmp_path / "space.yaml"
+    space.write_text(
+        yaml.safe_dump(
+            {
+                "name": "deadline",
+                "data": {"source": str(prepared16)},
+                "train": {"epochs": 500, "steps_per_epoch": 3, "batch_size_per_replica": 2},
+                "model": {"depth": 2, "filters": 4},
+                "search": {
+                    "algorithm": "random",
+                    "num_samples": 2,
+                    "max_concurrent_trials": 2,
+                    "seed": 0,
+                    "scheduler": {"type": "none"},
+                    "time_budget": str(budget),
+                },
+                "space": {"lr": {"loguniform": [3.0e-3, 2.0e-2]}},
+            }
+        )
+    )
+    out = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "RAY_ADDRESS")}
+    result = subprocess.run(
+        [sys.executable, "-m", "distmis", "tune", str(space), "--out", str(out)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    summary = json.loads((out / RunFile.SUMMARY).read_text())
+    deadline = summary["started_at"] + budget
+    with open(out / RunFile.RESULTS) as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 2 and any(int(r["epochs"]) >= 1 for r in rows), rows
+    for r in rows:
+        trial = out / RunFile.TRIALS_DIR / r["trial_id"]
+        with open(trial / RunFile.METRICS) as fh:
+            kept = list(csv.DictReader(fh))
+        assert len(kept) == int(r["epochs"]) < 500, (r, kept)  # cut by the deadline, every kept epoch reported
+        assert all(float(row["finished_at"]) <= deadline for row in kept), (deadline, kept)
+        if kept:
+            assert json.loads((trial / "checkpoint" / "state.json").read_text())["epoch"] == len(kept)
+            assert json.loads((trial / "best" / "metrics.json").read_text())["epoch"] == int(r["best_epoch"])
+    best = json.loads((out / "best" / "metrics.json").read_text())
+    assert best["val_dice"] == pytest.approx(summary["best_value"])
