@@ -45,7 +45,7 @@ from distmis.schema import RunFile
 from distmis.search_summary import SearchSummary
 from distmis.tensorflow_env import apply_tensorflow_env, tensorflow_env
 from distmis.tracking import SearchTracker
-from distmis.tuning._deadline import time_spent
+from distmis.tuning._deadline import epochs_kept_until, time_spent
 from distmis.tuning._interrupt import STOP_REQUESTED
 from distmis.tuning._phases import (
     Timings,
@@ -282,8 +282,6 @@ def _run_trials(
 ) -> SearchSummary:
     config = plan.config
     with timings.phase("tuner_setup"):
-        from distmis.tuning._deadline import epochs_kept_until
-
         keep_until = epochs_kept_until(plan.out, config.search.time_budget_seconds(), timings.started)
         context = trial_context(config, prepared, plan.out, base_dir=plan.base_dir, keep_until=keep_until)
         tuner = build_tuner(

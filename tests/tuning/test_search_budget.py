@@ -3,12 +3,17 @@ trials' configurations find their data from anywhere."""
 
 from __future__ import annotations
 
+import csv
 import json
+import os
 import pickle
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from distmis.config import SearchConfig
 from distmis.schema import RunFile
@@ -89,13 +94,6 @@ def test_a_deadline_that_cuts_through_the_trials_leaves_records_that_name_the_ke
 ) -> None:
     """A search whose time budget ends while its trials train: every epoch a trial kept ended before
     the deadline, and results.csv, summary.json, each trial's files and best/ agree on them."""
-    import csv
-    import os
-    import subprocess
-    import sys
-
-    import yaml
-
     budget = 45
     space = tmp_path / "space.yaml"
     space.write_text(
