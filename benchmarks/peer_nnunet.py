@@ -37,6 +37,11 @@ second call only runs what is missing. Peak memory is the largest summed RSS of 
 process tree, sampled every half second.
 
     python benchmarks/peer_nnunet.py --task mni152 --budgets 5m,20m --seeds 0,1,2 --out runs/peer
+    python benchmarks/peer_nnunet.py --task path/to/Task04_Hippocampus --budgets 5m --seeds 0,1,2
+
+``--task`` takes a built-in task or any MSD-layout dataset folder, so a task of your own goes through
+the same comparison; its runs are kept under ``--out`` in a folder of the dataset folder's name, and
+the dataset itself is only read.
 """
 
 from __future__ import annotations
@@ -154,10 +159,34 @@ def run(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> tuple[f
 
 
 # --------------------------------------------------------------------------- tasks
+#: the tasks the benchmark writes itself; any other ``--task`` is an MSD-layout folder of the user's
+BUILTIN_TASKS = ("mni152", "brats")
+
+
+def task_key(task: str) -> str:
+    """The folder under ``--out`` that holds a task's runs: a built-in task's name, or the name of the
+    user's dataset folder (which must not be a built-in's, so that their runs never mix)."""
+    if task in BUILTIN_TASKS:
+        return task
+    folder = Path(task)
+    if not (folder / "dataset.json").is_file():
+        raise SystemExit(f"peer_nnunet: error: --task {task}: expected {' or '.join(BUILTIN_TASKS)}, or an MSD-layout "
+                         "dataset folder holding dataset.json")  # fmt: skip
+    name = folder.resolve().name
+    if name in BUILTIN_TASKS or name == "data":
+        raise SystemExit(f"peer_nnunet: error: --task {task}: a dataset folder named {name!r} would share the "
+                         "benchmark's own folder of that name under --out; rename or link it")  # fmt: skip
+    return name
+
+
 def task_data(task: str, root: Path) -> Path:
     """The MSD-layout task: ``mni152`` (grey/white matter, 16 subjects at 48 x 56 x 48, 2 mm, real
-    anatomy from nilearn's template: init's split for fewer than 20 cases leaves 2 to test on) or ``brats`` (distmis's synthetic BraTS-like task: 3 nested
-    tumour labels, 4 channels, the 3-or-more-class case)."""
+    anatomy from nilearn's template: init's split for fewer than 20 cases leaves 2 to test on),
+    ``brats`` (distmis's synthetic BraTS-like task: 3 nested tumour labels, 4 channels, the
+    3-or-more-class case), or the user's own dataset folder, which is only read (each system
+    prepares or converts it into folders of its own under ``--out``)."""
+    if task not in BUILTIN_TASKS:
+        return Path(task).resolve()
     raw = root / "data" / task
     if (raw / "dataset.json").is_file():
         return raw
@@ -319,7 +348,10 @@ def to_nnunet_raw(raw: Path, splits: dict[str, list[str]], dataset_id: int, targ
     from distmis.data import read_dataset_json
 
     meta = read_dataset_json(raw)
-    folder = target / f"Dataset{dataset_id:03d}_{raw.name}"
+    import re
+
+    # nnU-Net finds a dataset by its folder's name, DatasetXXX_NAME: a user's folder name may hold what it does not
+    folder = target / f"Dataset{dataset_id:03d}_{re.sub(r'[^A-Za-z0-9_]', '_', raw.name)}"
     if (folder / "dataset.json").is_file():
         return folder
     tmp = folder.with_name(folder.name + ".part")
@@ -481,7 +513,9 @@ def kept_runs(where: Path, systems: list[str], sets: dict[str, Any]) -> list[dic
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--task", choices=["mni152", "brats"], default="mni152")
+    p.add_argument("--task", default="mni152",
+                   help="mni152 (real anatomy, 2 classes), brats (synthetic, 3 nested labels), or the path of an "
+                   "MSD-layout dataset folder: your own task, through the same comparison")  # fmt: skip
     p.add_argument("--budgets", default="5m", help="comma-separated wall times (e.g. 5m,20m)")
     p.add_argument("--seeds", default="0", help="comma-separated seeds")
     p.add_argument("--systems", default="distmis,nnunet",
@@ -501,12 +535,13 @@ def main() -> None:
     a = p.parse_args()
     sets = parse_sets(a.sets)
     root = a.out.resolve()
+    key = task_key(a.task)
     if a.kept:
-        where = [root / a.task / b / f"seed{s}" for b in a.budgets.split(",") for s in a.seeds.split(",")]
+        where = [root / key / b / f"seed{s}" for b in a.budgets.split(",") for s in a.seeds.split(",")]
         rows = [r for w in where for r in kept_runs(w, a.systems.split(","), sets)]
         if not rows:
-            raise SystemExit(f"peer_nnunet: error: --kept: no finished run under {root / a.task}")
-        report(rows, root / a.task)
+            raise SystemExit(f"peer_nnunet: error: --kept: no finished run under {root / key}")
+        report(rows, root / key)
         return
     raw = task_data(a.task, root)
     systems = a.systems.split(",")
@@ -517,7 +552,7 @@ def main() -> None:
     rows = []
     for budget in a.budgets.split(","):
         for seed in [int(s) for s in a.seeds.split(",")]:
-            where = root / a.task / budget / f"seed{seed}"
+            where = root / key / budget / f"seed{seed}"
             for system in DISTMIS_FOLDERS:
                 if system in systems:
                     folder = system_folder(system, sets)
@@ -532,7 +567,7 @@ def main() -> None:
             for system in nnunet:
                 rows.append(run_nnunet(a.nnunet_python, raw, splits, budget, seed, where / system_folder(system, sets),
                                        score, os.cpu_count() or 1, NNUNET_TRAINERS[system]))  # fmt: skip
-            report(rows, root / a.task)
+            report(rows, root / key)
 
 
 if __name__ == "__main__":

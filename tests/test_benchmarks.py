@@ -120,3 +120,26 @@ def test_the_peer_benchmark_reports_runs_kept_by_separate_calls(tmp_path: Path) 
     assert table["nnU-Net v2"]["seeds"] == 1
     assert {p: p.read_bytes() for p in tmp_path.rglob("result.json")} == before
     assert not (tmp_path / "mni152" / "20m").exists() and not (tmp_path / "data").exists()
+
+
+def test_the_peer_benchmark_takes_a_dataset_folder_as_its_task(tmp_path: Path) -> None:
+    """``--task`` names a user's MSD-layout folder: its runs are kept under the folder's own name, the
+    folder is only read, and a folder without dataset.json is refused with the option named."""
+    task = tmp_path / "Task99_Mine"
+    task.mkdir()
+    (task / "dataset.json").write_text('{"name": "mine"}')
+    where = tmp_path / "out" / "Task99_Mine" / "5m" / "seed0" / "distmis"
+    where.mkdir(parents=True)
+    run = {"system": "distmis", "budget": "5m", "seed": 0, "total_seconds": 290.0, "peak_gb": 2.5}
+    (where / "result.json").write_text(json.dumps(run | {"dice": {"tumour": 0.8}}))
+    command = [sys.executable, str(REPO / "benchmarks" / "peer_nnunet.py"), "--kept", "--out", str(tmp_path / "out")]
+    done = subprocess.run([*command, "--task", str(task)], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads((tmp_path / "out" / "Task99_Mine" / "peer_nnunet.json").read_text())
+    assert [r["system"] for r in report["data"]["runs"]] == ["distmis"]
+    assert sorted(p.name for p in task.iterdir()) == ["dataset.json"]
+    refused = subprocess.run(
+        [*command, "--task", str(tmp_path / "out")], capture_output=True, text=True, timeout=300, cwd=REPO
+    )
+    assert refused.returncode != 0
+    assert f"--task {tmp_path / 'out'}: expected mni152 or brats, or an MSD-layout" in refused.stderr
