@@ -257,10 +257,44 @@ class ModelConfig(_Section):
         description="a 1x1 head on every decoder level but the lowest, each trained on labels down-sampled to it "
         "with weights 1/2^i normalised (nnU-Net); inference uses the full-resolution head",
     )
+    pools: list[Vec3] | None = Field(
+        None,
+        description="per level below the first, how much each axis is down-sampled into it (1 or 2), depth - 1 "
+        "of them: nnU-Net halves an axis only while its spacing is under twice the finest, so thick slices keep "
+        "their number while the in-plane axes halve; null: every axis halved at every level",
+    )
+    kernels: list[Vec3] | None = Field(
+        None,
+        description="per level, top to bottom, the convolutions' size along each axis (odd), depth of them: "
+        "nnU-Net convolves an axis with 1 while its spacing is twice the finest or more; null: kernel_size "
+        "along every axis",
+    )
 
     def level_filters(self) -> list[int]:
         """The filters of each level, top to bottom: ``filters`` doubled per level, capped at ``max_filters``."""
         return [min(self.filters * 2**level, self.max_filters or math.inf) for level in range(self.depth)]  # type: ignore[misc]
+
+    def level_pools(self) -> list[Vec3]:
+        """Each axis's down-sampling into each level below the first (``pools``, or 2 along every axis)."""
+        return [tuple(p) for p in self.pools] if self.pools is not None else [(2, 2, 2)] * (self.depth - 1)  # type: ignore[misc]
+
+    def level_kernels(self) -> list[Vec3]:
+        """Each level's convolution size along each axis (``kernels``, or ``kernel_size`` along every axis)."""
+        k = self.kernel_size
+        return [tuple(v) for v in self.kernels] if self.kernels is not None else [(k, k, k)] * self.depth  # type: ignore[misc]
+
+    def divisors(self) -> Vec3:
+        """What every side of a patch or volume must be a multiple of along each axis: the product of
+        the axis's pooling (2^(depth-1) along every axis without ``pools``)."""
+        return self.level_scales()[-1]
+
+    def level_scales(self) -> list[Vec3]:
+        """How much smaller each level's maps are than the input along each axis, top to bottom: the
+        voxel step at which deep supervision takes the labels of a level's head."""
+        scales: list[Vec3] = [(1, 1, 1)]
+        for pool in self.level_pools():
+            scales.append(tuple(s * p for s, p in zip(scales[-1], pool, strict=True)))  # type: ignore[arg-type]
+        return scales
 
     @model_validator(mode="after")
     def _groups_divide_filters(self) -> ModelConfig:
@@ -271,6 +305,21 @@ class ModelConfig(_Section):
             )
         if self.deep_supervision and self.depth < 2:
             raise ValueError("deep_supervision needs depth >= 2: a one-level U-Net has no decoder levels to supervise")
+        if self.pools is not None:
+            if len(self.pools) != self.depth - 1:
+                raise ValueError(
+                    f"pools: one per level below the first, depth - 1 = {self.depth - 1}, got {len(self.pools)}"
+                )
+            if any(v not in (1, 2) for pool in self.pools for v in pool):
+                raise ValueError(f"pools: each axis's factor is 1 or 2, got {[list(p) for p in self.pools]}")
+        if self.kernels is not None:
+            if len(self.kernels) != self.depth:
+                raise ValueError(f"kernels: one per level, depth = {self.depth}, got {len(self.kernels)}")
+            if any(v < 1 or v % 2 == 0 for kernel in self.kernels for v in kernel):
+                raise ValueError(
+                    f"kernels: each axis's size is odd and at least 1 (the maps keep their size), "
+                    f"got {[list(k) for k in self.kernels]}"
+                )
         return self
 
 
@@ -468,12 +517,15 @@ class ExperimentConfig(_Section):
 
     @model_validator(mode="after")
     def _patch_fits_unet(self) -> ExperimentConfig:
-        factor = 2 ** (self.model.depth - 1)
+        divisors = self.model.divisors()
+        what = (
+            f"2**(model.depth-1)={divisors[0]} in every axis"
+            if self.model.pools is None
+            else f"{list(divisors)} along its axes (model.pools)"
+        )
         for label, shape in (("train.patch", self.train.patch), ("data.prepare.shape", self.data.prepare.shape)):
-            if shape is not None and any(s % factor for s in shape):
-                raise ValueError(
-                    f"{label} must be divisible by 2**(model.depth-1)={factor} in every axis, got {list(shape)}"
-                )
+            if shape is not None and any(s % d for s, d in zip(shape, divisors, strict=True)):
+                raise ValueError(f"{label} must be divisible by {what}, got {list(shape)}")
         return self
 
     @model_validator(mode="after")

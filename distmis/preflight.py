@@ -218,8 +218,11 @@ def _sampled(config: ExperimentConfig, field: str) -> list[Any]:
 def _check_data(config: ExperimentConfig, facts: DataFacts) -> list[tuple[tuple[Any, ...], str]]:
     problems: list[tuple[tuple[Any, ...], str]] = []
     depths = [d for d in _sampled(config, "model.depth") if isinstance(d, int)]
-    divisor = 2 ** (max(depths) - 1) if depths else 1
-    if any(s % divisor for s in facts.shape):
+    divisors = [2 ** (max(depths) - 1) if depths else 1] * 3
+    if config.model.pools is not None:  # they fix the depth: a sampled other depth fails the model's own check
+        divisors = list(config.model.divisors())
+    divisor = divisors[0] if len(set(divisors)) == 1 else divisors
+    if any(s % d for s, d in zip(facts.shape, divisors, strict=False)):
         problems.append(
             (
                 ("data",),
@@ -238,7 +241,7 @@ def _check_data(config: ExperimentConfig, facts: DataFacts) -> list[tuple[tuple[
                     f"{list(patch)} is larger than the prepared volumes {list(facts.shape)} ({facts.where})",
                 )
             )
-        elif any(p % divisor for p in patch):
+        elif any(p % d for p, d in zip(patch, divisors, strict=False)):
             problems.append(
                 (
                     ("train", "patch"),

@@ -25,6 +25,8 @@ from typing import Any
 NNUNET_FILTERS, NNUNET_MAX_FILTERS = 32, 320
 #: nnU-Net's planner stops pooling an axis below this many voxels
 NNUNET_MIN_FEATURE_MAP = 4
+#: nnU-Net's planner pools and convolves an axis only while its spacing is under this many times the finest
+ANISOTROPIC_SPACING = 2.0
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,54 @@ class Recipe:
         low, high = self.depth_range
         halvings = int(math.log2(max(smallest_side, self.deepest_map) / self.deepest_map))
         return max(low, min(high, halvings + 1))
+
+    def topology(self, shape: list[int], spacing: list[float] | None) -> Topology:
+        """The U-Net's levels for volumes of ``shape`` at ``spacing`` (mm), and, where the spacing is
+        anisotropic, nnU-Net's pooling and kernels for it (:func:`anisotropic_topology`)."""
+        if spacing is None or max(spacing) < ANISOTROPIC_SPACING * min(spacing):
+            return Topology(depth=self.depth(min(shape)))
+        return anisotropic_topology(shape, spacing, deepest_map=self.deepest_map, depth_range=self.depth_range)
+
+
+@dataclass(frozen=True)
+class Topology:
+    """A U-Net's levels, and per level its pooling and kernels along each axis (None: alike on every axis)."""
+
+    depth: int
+    pools: list[tuple[int, int, int]] | None = None
+    kernels: list[tuple[int, int, int]] | None = None
+
+
+def anisotropic_topology(
+    shape: list[int], spacing: list[float], *, deepest_map: int, depth_range: tuple[int, int]
+) -> Topology:
+    """nnU-Net's planner (``get_pool_and_conv_props``) for volumes of ``shape`` at ``spacing``: each
+    level halves the axes whose spacing is under twice the finest of those still at least twice
+    ``deepest_map`` long (one such axis alone only while it is three times as long); an axis is convolved
+    with 3 from the first level at which its spacing is under twice the finest, with 1 before; the
+    bottom level with 3 along every axis. Levels are kept within ``depth_range``: below its lower end
+    the halving goes on by spacing alone (the prepared shape is a multiple of 2^(depth-1) anyway)."""
+    low, high = depth_range
+    current, size = [float(s) for s in spacing], [float(n) for n in shape]
+    kernel = [1, 1, 1]
+    pools: list[tuple[int, int, int]] = []
+    kernels: list[tuple[int, int, int]] = []
+    while len(pools) < high - 1:
+        long_enough = [d for d in range(3) if size[d] >= 2 * deepest_map] if len(pools) >= low - 1 else [0, 1, 2]
+        if not long_enough:
+            break
+        finest = min(current[d] for d in long_enough)
+        axes = [d for d in long_enough if current[d] < ANISOTROPIC_SPACING * finest]
+        if len(pools) >= low - 1 and len(axes) == 1 and size[axes[0]] < 3 * deepest_map:
+            break
+        kernel = [3 if kernel[d] == 3 or current[d] < ANISOTROPIC_SPACING * min(current) else 1 for d in range(3)]
+        kernels.append((kernel[0], kernel[1], kernel[2]))
+        pools.append(tuple(2 if d in axes else 1 for d in range(3)))  # type: ignore[arg-type]
+        for d in axes:
+            current[d] *= 2
+            size[d] = math.ceil(size[d] / 2)
+    kernels.append((3, 3, 3))
+    return Topology(depth=len(pools) + 1, pools=pools, kernels=kernels)
 
 
 NNUNET = Recipe(

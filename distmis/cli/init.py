@@ -214,22 +214,25 @@ def _measure(
 ) -> float:
     """A step of the planned network, timed as the planned trials will step it: as many processes at
     once as trials will run at once on this machine's CPUs (one process for a GPU plan)."""
+    from distmis.data import plan_topology
     from distmis.exceptions import TrainingError
     from distmis.recipes import RECIPES
     from distmis.training import measure_recipe_step_seconds
 
     recipe = RECIPES[args.recipe]
     gpu = args.gpu_memory is not None
+    topology = plan_topology(recipe, fp)
+    levels = {} if topology.pools is None else {"pools": topology.pools, "kernels": topology.kernels}
     try:
         return measure_recipe_step_seconds(
             recipe,
-            depth=recipe.depth(min(int(s) for s in fp["median_shape"])),
+            depth=topology.depth,
             trials_at_once=args.workers or (1 if gpu else 2),
             gpu=gpu,
             patch=patch,
             channels=channels,
             classes=len(fp["labels"]) + 1 if len(fp["labels"]) > 1 else 1,
-            changes={"filters": filters},
+            changes={"filters": filters, **levels},
             batch=batch,
         )
     except RuntimeError as exc:

@@ -78,16 +78,27 @@ def _percentiles(values: np.ndarray) -> dict[str, float]:
 
 
 def activation_bytes(
-    patch: tuple[int, int, int], *, depth: int, filters: int, batch: int, channels: int, bytes_per_value: int = 4
+    patch: tuple[int, int, int],
+    *,
+    depth: int,
+    filters: int,
+    batch: int,
+    channels: int,
+    bytes_per_value: int = 4,
+    pools: list[tuple[int, int, int]] | None = None,
 ) -> float:
     """Estimated training memory of the U-Net for one step (the rule stated in the fingerprint).
 
     Each level keeps about 12 feature maps of its width for the backward pass (2 convolutions,
     2 normalisations, 2 activations, in the encoder and again in the decoder), at 1/8 of the
-    voxels per level down; gradients and workspace add about half again.
+    voxels per level down (or fewer halvings with ``pools``, nnU-Net's per-axis pooling of thick
+    slices); gradients and workspace add about half again.
     """
     voxels = float(np.prod(patch))
-    maps = sum(12 * filters * 2**level * voxels / 8**level for level in range(depth))
+    shrink = [8.0**level for level in range(depth)]
+    if pools is not None:
+        shrink = [float(np.prod([np.prod(p) for p in pools[:level]])) for level in range(depth)]
+    maps = sum(12 * filters * 2**level * voxels / shrink[level] for level in range(depth))
     return 1.5 * batch * (maps + channels * voxels) * bytes_per_value
 
 

@@ -12,10 +12,14 @@ The rules:
   scored lower at short CPU budgets, :data:`distmis.recipes.DEFAULT_RECIPE`), ``--recipe nnunet`` for
   nnU-Net's; the recipe's configuration is the search's first point (``search.points``) and the
   space lies around it;
-- **shape**: the median case shape rounded up to a multiple of 2^(depth-1); cases whose spacing
-  differs from the median are resampled, the others cropped or padded;
+- **shape**: the median case shape rounded up, along each axis, to what the U-Net's poolings halve
+  (2^(depth-1), or the product of the axis's pools); cases whose spacing differs from the median are
+  resampled, the others cropped or padded;
 - **depth**: the recipe's rule (nnU-Net's: one level per halving while the deepest maps keep 4
-  voxels, at most 6);
+  voxels, at most 6); where the median spacing's coarsest axis is twice the finest or more, nnU-Net's
+  planner per axis (:meth:`Recipe.topology`): an axis is halved only while its spacing is under twice
+  the finest and long enough, and convolved with 1 instead of 3 until then (``model.pools``,
+  ``model.kernels``), so that thick slices are not halved and blurred as the in-plane axes are;
 - **patch**: the whole prepared volume when its estimated training memory fits the budget
   (``--gpu-memory``, or 4 GiB of host memory for a CPU), else the largest axis shrunk first;
   memory at the planned batch: 2 (nnU-Net's), or every training case when fewer train; a third
@@ -49,11 +53,14 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from distmis.data._inspect import activation_bytes
 from distmis.labels import PRESETS
-from distmis.recipes import RECIPES, Recipe
+from distmis.recipes import RECIPES, Recipe, Topology
+
+if TYPE_CHECKING:
+    from distmis.config import Vec3
 
 #: the first line of every file ``distmis init`` writes (what ``--overwrite`` may replace)
 HEADER = "# written by distmis init"
@@ -149,20 +156,31 @@ class Sizing:
         return self.epochs * self.steps_per_epoch
 
 
-def _patch(shape: list[int], *, budget_gb: float, depth: int, channels: int, filters: int, batch: int) -> list[int]:
-    """The whole volume if it fits the budget, else shrink the largest axis, one divisor at a time.
-    Memory is counted at the planned batch: a dataset that trains on one case can afford twice the
-    voxels of nnU-Net's batch of 2."""
-    divisor = 2 ** (depth - 1)
-    patch = list(shape)
+def _patch(
+    shape: list[int], *, budget_gb: float, topology: Topology, channels: int, filters: int, batch: int
+) -> list[int]:
+    """The whole volume if it fits the budget, else shrink the largest axis that can shrink, by its
+    divisor at a time. Memory is counted at the planned batch: a dataset that trains on one case can
+    afford twice the voxels of nnU-Net's batch of 2."""
+    patch, divisors = list(shape), plan_divisors(topology)
 
     def fits(p: list[int]) -> bool:
-        need = activation_bytes(tuple(p), depth=depth, filters=filters, batch=batch, channels=channels)  # type: ignore[arg-type]
+        need = activation_bytes(
+            tuple(p),  # type: ignore[arg-type]
+            depth=topology.depth,
+            filters=filters,
+            batch=batch,
+            channels=channels,
+            pools=topology.pools,
+        )
         return need <= budget_gb * 2**30
 
-    while not fits(patch) and max(patch) > divisor:
-        axis = patch.index(max(patch))
-        patch[axis] -= divisor
+    while not fits(patch):
+        shrinkable = [axis for axis in range(3) if patch[axis] > divisors[axis]]
+        if not shrinkable:
+            break
+        axis = max(shrinkable, key=lambda a: patch[a])
+        patch[axis] -= divisors[axis]
     return patch
 
 
@@ -214,7 +232,7 @@ class _Plan:
     brats: str | None
     resize: str
     median: list[int]
-    depth: int
+    topology: Topology
     shape: list[int]
     budget: float
     gpus: int
@@ -227,8 +245,12 @@ class _Plan:
         return self.sizing.patch
 
     @property
-    def divisor(self) -> int:
-        return 2 ** (self.depth - 1)
+    def depth(self) -> int:
+        return self.topology.depth
+
+    @property
+    def divisors(self) -> Vec3:
+        return plan_divisors(self.topology)
 
     @property
     def whole(self) -> bool:
@@ -242,6 +264,7 @@ class _Plan:
             filters=self.sizing.filters,
             batch=self.batch,
             channels=len(self.modalities),
+            pools=self.topology.pools,
         )
         return need / 2**30
 
@@ -283,19 +306,33 @@ def planned_batch(cases: int) -> int:
     return min(BATCH, split_sizes(cases)["train"])
 
 
+def plan_topology(recipe: Recipe, fp: dict[str, Any]) -> Topology:
+    """The planned U-Net's levels for the fingerprinted data, with nnU-Net's pooling and kernels per
+    axis where its median spacing is anisotropic (:meth:`Recipe.topology`)."""
+    spacing = fp.get("median_spacing_mm")
+    return recipe.topology([int(s) for s in fp["median_shape"]], [float(v) for v in spacing] if spacing else None)
+
+
+def plan_divisors(topology: Topology) -> Vec3:
+    """What each side of the prepared shape and the patch must be a multiple of along its axis."""
+    if topology.pools is None:
+        return (2 ** (topology.depth - 1),) * 3  # type: ignore[return-value]
+    return tuple(math.prod(pool[axis] for pool in topology.pools) for axis in range(3))  # type: ignore[return-value]
+
+
 def _decide(fp: dict[str, Any], options: PlanOptions, modalities: list[str]) -> _Plan:
     recipe = RECIPES[options.recipe]
     foreground = list(fp["labels"])
     median = [int(s) for s in fp["median_shape"]]
-    depth = recipe.depth(min(median))
-    shape = [int(math.ceil(s / 2 ** (depth - 1)) * 2 ** (depth - 1)) for s in median]
+    topology = plan_topology(recipe, fp)
+    shape = [int(math.ceil(s / d) * d) for s, d in zip(median, plan_divisors(topology), strict=True)]
     gpu = options.gpu_memory_gb is not None
     budget = float(options.gpu_memory_gb) if options.gpu_memory_gb is not None else CPU_BUDGET_GB
     sizing = _size(
         recipe,
         options,
         shape=shape,
-        depth=depth,
+        topology=topology,
         memory_gb=budget,
         channels=len(modalities),
         gpu=gpu,
@@ -309,7 +346,7 @@ def _decide(fp: dict[str, Any], options: PlanOptions, modalities: list[str]) -> 
         brats=_brats_regions(fp["labels"]),
         resize="resample" if any("inconsistent spacing" in w for w in fp["warnings"]) else "crop_pad",
         median=median,
-        depth=depth,
+        topology=topology,
         shape=shape,
         budget=budget,  # type: ignore[arg-type]
         gpus=1 if gpu else 0,
@@ -331,17 +368,19 @@ def _size(
     options: PlanOptions,
     *,
     shape: list[int],
-    depth: int,
+    topology: Topology,
     memory_gb: float,
     channels: int,
     gpu: bool,
     batch: int,
 ) -> Sizing:
     """Width, patch, trials, epochs and steps: see the module's rules."""
+    depth = topology.depth
     concurrency = options.concurrency or (1 if gpu else 2)
     widths = _widths(recipe, gpu)
     patches = {
-        w: _patch(shape, budget_gb=memory_gb, depth=depth, channels=channels, filters=w, batch=batch) for w in widths
+        w: _patch(shape, budget_gb=memory_gb, topology=topology, channels=channels, filters=w, batch=batch)
+        for w in widths
     }
     if options.search_seconds is None or options.step_seconds is None:
         width = widths[-1]
@@ -462,7 +501,11 @@ def _data_lines(plan: _Plan, source: str) -> list[str]:
         *([f"  regions: {plan.brats}          # {_spelt_regions(plan.brats)}"] if plan.brats else []),
         "  prepare:",
         f"    shape: {plan.shape}            # the median case shape {plan.median}, rounded up to a multiple of "
-        f"2^(depth-1) = {plan.divisor}",
+        + (
+            f"2^(depth-1) = {plan.divisors[0]}"
+            if plan.topology.pools is None
+            else f"{list(plan.divisors)} along its axes (the model's pools)"
+        ),
         f"    resize: {plan.resize}          # "
         + (
             "the cases' spacings differ: each case is interpolated to this shape, which does not make the "
@@ -546,15 +589,24 @@ def _training_lines(plan: _Plan) -> list[str]:
 def _model_lines(plan: _Plan) -> list[str]:
     model = {**plan.recipe.model, "depth": plan.depth, "filters": plan.sizing.filters}
     model = {k: v for k, v in model.items() if v is not None or k == "max_filters"}
+    topology = plan.topology
+    if topology.pools is not None:
+        model |= {"pools": [list(p) for p in topology.pools], "kernels": [list(k) for k in topology.kernels or []]}
     reason = "too slow a step for this budget on a CPU" if plan.sizing.step_seconds else "a CPU plan without --budget"
     width = f"{plan.sizing.filters} base filters" + (
         ""
         if plan.sizing.filters == plan.recipe.model["filters"]
         else f" (not the recipe's {plan.recipe.model['filters']}: {reason})"
     )
+    spacing = [round(float(v), 3) for v in plan.fp.get("median_spacing_mm") or []]
+    levels = (
+        f"depth {plan.depth} for the smallest side {min(plan.median)}"
+        if topology.pools is None
+        else f"depth, pools and kernels by nnU-Net's planner for the anisotropic spacing {spacing} mm: an axis is "
+        "halved, and convolved with 3, only while its spacing is under twice the finest"
+    )
     return [
-        f"model: {_flow(model)}   # the {plan.recipe.name} recipe; depth {plan.depth} for the smallest side "
-        f"{min(plan.median)}; {width}",
+        f"model: {_flow(model)}   # the {plan.recipe.name} recipe; {levels}; {width}",
         f"optimizer: {_flow(plan.recipe.optimizer)}   # the {plan.recipe.name} recipe's",
     ]
 
@@ -640,6 +692,8 @@ __all__ = [
     "HEADER",
     "dataset_text",
     "MIN_CASES",
+    "plan_divisors",
+    "plan_topology",
     "MIN_TRIAL_STEPS",
     "PlanOptions",
     "Sizing",

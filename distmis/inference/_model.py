@@ -71,9 +71,9 @@ class ModelRecord:
         return tuple(patch) if patch is not None else self.training_shape  # type: ignore[return-value]
 
     @property
-    def divisor(self) -> int:
-        """Cube sides must be multiples of this (one 2x pooling per level below the bottom)."""
-        return 2 ** (self.config.model.depth - 1)
+    def divisors(self) -> tuple[int, int, int]:
+        """Each side of a cube must be a multiple of its axis's figure (the product of its poolings)."""
+        return self.config.model.divisors()
 
 
 class _Mask(BaseModel):

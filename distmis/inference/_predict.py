@@ -49,12 +49,13 @@ class PredictOptions:
 
     def resolved_patch(self, record: ModelRecord) -> tuple[int, int, int]:
         patch = tuple(self.patch) if self.patch is not None else record.default_patch
-        bad = [p for p in patch if p % record.divisor]
-        if bad:
-            raise InferenceError(
-                f"--patch {list(patch)}: every side must be a multiple of {record.divisor} "
-                f"(2^(model.depth-1) for a depth-{record.config.model.depth} U-Net)"
-            )
+        divisors = record.divisors
+        if any(p % d for p, d in zip(patch, divisors, strict=True)):
+            if len(set(divisors)) == 1:
+                expected = f"{divisors[0]} (2^(model.depth-1) for a depth-{record.config.model.depth} U-Net)"
+            else:
+                expected = f"its axis's figure in {list(divisors)} (the model's pools)"
+            raise InferenceError(f"--patch {list(patch)}: every side must be a multiple of {expected}")
         return patch  # type: ignore[return-value]
 
     def check(self) -> None:

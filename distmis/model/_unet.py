@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import keras
 
-    from distmis.config import ModelConfig
+    from distmis.config import ModelConfig, Vec3
 
 
 #: Keras's BatchNormalization momentum for its moving statistics
@@ -64,9 +64,17 @@ def _activation(kind: str, name: str):  # noqa: ANN202
     return keras.layers.Activation("relu", name=name)
 
 
-def _block_layers(filters: int, cfg: ModelConfig, name: str, *, stride: int = 1, recomputed: bool = False) -> list:
-    """conv -> norm -> activation, twice, the first convolution at ``stride`` (dropout is applied by
-    :func:`_conv_block`)."""
+def _block_layers(
+    filters: int,
+    cfg: ModelConfig,
+    name: str,
+    *,
+    kernel: Vec3,
+    stride: int | Vec3 = 1,
+    recomputed: bool = False,
+) -> list:
+    """conv -> norm -> activation, twice, at ``kernel``, the first convolution at ``stride`` (dropout is
+    applied by :func:`_conv_block`)."""
     import keras
 
     layers = []
@@ -74,7 +82,7 @@ def _block_layers(filters: int, cfg: ModelConfig, name: str, *, stride: int = 1,
         layers.append(
             keras.layers.Conv3D(
                 filters,
-                cfg.kernel_size,
+                kernel,
                 strides=stride if i == 1 else 1,
                 padding="same",
                 use_bias=cfg.norm == "none",
@@ -88,11 +96,11 @@ def _block_layers(filters: int, cfg: ModelConfig, name: str, *, stride: int = 1,
     return layers
 
 
-def _conv_block(x, filters: int, cfg: ModelConfig, name: str, *, skip=None, stride: int = 1):  # noqa: ANN001, ANN202
+def _conv_block(x, filters: int, cfg: ModelConfig, name: str, *, kernel: Vec3, skip=None, stride: int | Vec3 = 1):  # noqa: ANN001, ANN202
     """The block's two convolutions; a decoder block first concatenates ``skip`` to ``x``."""
     import keras
 
-    layers = _block_layers(filters, cfg, name, stride=stride, recomputed=cfg.remat)
+    layers = _block_layers(filters, cfg, name, kernel=kernel, stride=stride, recomputed=cfg.remat)
     if skip is not None:
         layers.insert(0, keras.layers.Concatenate(axis=-1, name=f"{name}_concat"))
     inputs = x if skip is None else [x, skip]
@@ -178,22 +186,27 @@ def build_unet(
             f"group normalisation expects groups to divide filters. Received: groups={cfg.groups}, filters={filters}"
         )
     strided = cfg.downsample == "strided"
+    # pools[level]: the down-sampling from level to level + 1, along each axis (nnU-Net's anisotropic
+    # pooling when the model's pools say so); kernels[level]: the level's convolution size
+    pools, kernels = cfg.level_pools(), cfg.level_kernels()
     inputs = keras.Input(shape=(None, None, None, channels), name="image")
     x = inputs
     skips = []
     for level in range(cfg.depth - 1):
-        x = _conv_block(x, filters[level], cfg, f"down{level}", stride=2 if strided and level else 1)
+        stride = pools[level - 1] if strided and level else 1
+        x = _conv_block(x, filters[level], cfg, f"down{level}", kernel=kernels[level], stride=stride)
         skips.append(x)
         if not strided:
             # pooled in float32: TensorFlow has no float16 MaxPool3D kernel on the CPU, so a
             # mixed_float16 model would not run there; the cast around one pooling is cheap
-            x = keras.layers.MaxPooling3D(2, name=f"pool{level}", dtype="float32")(x)
-    x = _conv_block(x, filters[-1], cfg, "bottom", stride=2 if strided and cfg.depth > 1 else 1)
+            x = keras.layers.MaxPooling3D(pools[level], name=f"pool{level}", dtype="float32")(x)
+    bottom_stride = pools[-1] if strided and cfg.depth > 1 else 1
+    x = _conv_block(x, filters[-1], cfg, "bottom", kernel=kernels[-1], stride=bottom_stride)
     activation = activation or ("sigmoid" if num_classes == 1 else "softmax")
     heads = []
     for level in reversed(range(cfg.depth - 1)):
-        x = keras.layers.Conv3DTranspose(filters[level], 2, strides=2, name=f"up{level}_tconv")(x)
-        x = _conv_block(x, filters[level], cfg, f"up{level}", skip=skips[level])
+        x = keras.layers.Conv3DTranspose(filters[level], pools[level], strides=pools[level], name=f"up{level}_tconv")(x)
+        x = _conv_block(x, filters[level], cfg, f"up{level}", kernel=kernels[level], skip=skips[level])
         if cfg.deep_supervision and level:
             heads.append(_head(x, num_classes, activation, f"segmentation_level{level}"))
     # float32 output even under mixed precision: the loss needs full precision

@@ -199,9 +199,10 @@ class Trainer:
         )
         scaled = self.config.train.precision == "mixed_float16"
         exclusive, classes = self.exclusive, self.class_count
-        # nnU-Net's deep supervision: output i (at 1/2^i resolution) against the labels taken at
-        # every 2^i-th voxel (nearest neighbour, as nnU-Net down-samples them), weighted
+        # nnU-Net's deep supervision: output i against the labels taken at its level's voxel step along
+        # each axis (nearest neighbour, as nnU-Net down-samples them), weighted
         heads = deep_supervision_weights(len(model.outputs))
+        scales = self.config.model.level_scales()
 
         def supervised_loss(label: tf.Tensor, outputs: Any) -> tf.Tensor:
             if len(heads) == 1:
@@ -209,7 +210,7 @@ class Trainer:
             # the lowest head's term too, at weight 0: its variables then get a (zero) gradient, as
             # Keras expects of every trainable variable
             terms = [
-                w * loss_fn(label[:, :: 2**i, :: 2**i, :: 2**i, :], out)
+                w * loss_fn(label[:, :: scales[i][0], :: scales[i][1], :: scales[i][2], :], out)
                 for i, (w, out) in enumerate(zip(heads, outputs, strict=True))
             ]
             return tf.add_n(terms)

@@ -52,6 +52,7 @@ def measure_step_samples(
     mode = "binary" if classes == 1 else "multiclass"
     loss_fn = get_loss("dice_ce" if classes > 1 else "dice", mode)
     weights = deep_supervision_weights(len(model.outputs))
+    scales = model_config.level_scales()
     rng = np.random.default_rng(0)
     image = tf.constant(rng.normal(size=(batch, *patch, channels)).astype(np.float32))
     label = tf.one_hot(rng.integers(0, max(classes, 2), size=(batch, *patch)), max(classes, 2))[..., -classes:]
@@ -62,8 +63,8 @@ def measure_step_samples(
             outputs = model(image, training=True)
             outputs = outputs if isinstance(outputs, list) else [outputs]
             loss = tf.add_n(
-                [w * tf.reduce_mean(loss_fn(label[:, :: 2**i, :: 2**i, :: 2**i], o)) for i, (w, o) in
-                 enumerate(zip(weights, outputs, strict=True))]
+                [w * tf.reduce_mean(loss_fn(label[:, :: scales[i][0], :: scales[i][1], :: scales[i][2]], o))
+                 for i, (w, o) in enumerate(zip(weights, outputs, strict=True))]
             )  # fmt: skip
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))

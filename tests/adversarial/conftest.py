@@ -42,13 +42,15 @@ def write_msd(
     modalities: int = 2,
     test_cases: int = 1,
     seed: int = 0,
+    spacing: tuple[float, float, float] = (1.0, 1.0, 1.0),
 ) -> Path:
-    """A small, valid MSD dataset written with nibabel alone (labels 0..2, float32 images)."""
+    """A small, valid MSD dataset written with nibabel alone (labels 0..2, float32 images) at ``spacing`` mm."""
     rng = np.random.default_rng(seed)
     for sub in ("imagesTr", "labelsTr", "imagesTs"):
         (root / sub).mkdir(parents=True, exist_ok=True)
     training, test = [], []
     grid = np.stack(np.meshgrid(*[np.arange(n) for n in shape], indexing="ij"))
+    affine = np.diag([*spacing, 1.0])
     for i in range(cases + test_cases):
         centre = np.array(shape) / 2 + rng.uniform(-2, 2, 3)
         r = np.sqrt((((grid.T - centre) / (np.array(shape) * 0.2)) ** 2).sum(-1)).T
@@ -57,11 +59,11 @@ def write_msd(
         image = np.stack([(head * 100 + label * 50 + rng.normal(0, 5, shape)) * head for _ in range(modalities)], -1)
         cid = f"CASE_{i:03d}"
         if i < cases:
-            nib.save(nib.Nifti1Image(image.astype(np.float32), np.eye(4)), root / "imagesTr" / f"{cid}.nii.gz")
-            nib.save(nib.Nifti1Image(label, np.eye(4)), root / "labelsTr" / f"{cid}.nii.gz")
+            nib.save(nib.Nifti1Image(image.astype(np.float32), affine), root / "imagesTr" / f"{cid}.nii.gz")
+            nib.save(nib.Nifti1Image(label, affine), root / "labelsTr" / f"{cid}.nii.gz")
             training.append({"image": f"./imagesTr/{cid}.nii.gz", "label": f"./labelsTr/{cid}.nii.gz"})
         else:
-            nib.save(nib.Nifti1Image(image.astype(np.float32), np.eye(4)), root / "imagesTs" / f"{cid}.nii.gz")
+            nib.save(nib.Nifti1Image(image.astype(np.float32), affine), root / "imagesTs" / f"{cid}.nii.gz")
             test.append(f"./imagesTs/{cid}.nii.gz")
     meta = {
         "name": "HOSTILE",

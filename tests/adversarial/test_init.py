@@ -54,6 +54,35 @@ def test_the_plan_follows_the_data(tmp_path: Path) -> None:
     assert small["train"]["validation"] == "patch" and plan["train"]["validation"] == "window"
 
 
+def test_thick_slices_get_nnunets_pooling_and_kernels(tmp_path: Path) -> None:
+    """Slices 3x thicker than the pixels: init writes nnU-Net's planner's pools and kernels for the spacing
+    (the thick axis neither halved nor convolved with 3 at the first level), rounds the shape up only to
+    what those pools need along each axis, and the file trains as written."""
+    from distmis.config import load_config
+
+    raw = write_msd(tmp_path / "raw", cases=6, shape=(40, 36, 10), spacing=(1.0, 1.0, 3.0))
+    for recipe in ("distmis", "nnunet"):
+        plan = _plan(tmp_path, raw, "--recipe", recipe, "--overwrite")
+        model = plan["model"]
+        assert model["pools"][0] == [2, 2, 1] and model["kernels"][0] == [3, 3, 1]
+        assert len(model["pools"]) == model["depth"] - 1 and len(model["kernels"]) == model["depth"]
+        config = load_config(tmp_path / "plan.yaml", require_space=True)
+        divisors = config.model.divisors()
+        assert divisors[2] < divisors[0], divisors  # the thick axis is pooled fewer times
+        assert plan["data"]["prepare"]["shape"] == [
+            math.ceil(s / d) * d for s, d in zip((40, 36, 10), divisors, strict=True)
+        ]
+        assert "anisotropic spacing [1.0, 1.0, 3.0] mm" in (tmp_path / "plan.yaml").read_text()
+    # the nnunet recipe's thick-slice plan, trained one step as written
+    plan["train"] |= {"epochs": 1, "steps_per_epoch": 1}
+    (tmp_path / "thick.yaml").write_text(yaml.safe_dump(plan))
+    env = {"DISTMIS_DATA_HOME": str(tmp_path / "cache"), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'm.db'}"}
+    trained = run_distmis(["train", "thick.yaml", "--out", "run"], cwd=tmp_path, env=env)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    iso = _plan(tmp_path, write_msd(tmp_path / "iso", cases=6, shape=(40, 36, 10)), "--overwrite")
+    assert "pools" not in iso["model"] and "kernels" not in iso["model"]
+
+
 def test_the_patch_is_sized_at_the_batch_that_trains(tmp_path: Path) -> None:
     """A dataset that leaves one case to train plans a batch of 1, so the same GPU memory holds a
     larger patch than at nnU-Net's batch of 2, and the estimate init states still fits the budget."""

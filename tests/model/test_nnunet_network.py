@@ -10,6 +10,8 @@ deep supervision is on or not.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -17,23 +19,35 @@ from distmis.config import ModelConfig
 from distmis.model import build_unet, deep_supervision_weights, full_resolution
 
 
-def _conv(cin: int, cout: int, k: int = 3) -> int:
-    return k**3 * cin * cout + cout  # weights + bias (nnU-Net's conv_bias: True)
+def _conv(cin: int, cout: int, k: int | tuple[int, ...] = 3) -> int:
+    size = k**3 if isinstance(k, int) else math.prod(k)
+    return size * cin * cout + cout  # weights + bias (nnU-Net's conv_bias: True)
 
 
-def nnunet_parameters(channels: int, classes: int, features: list[int], convs: int = 2) -> int:
+def nnunet_parameters(
+    channels: int,
+    classes: int,
+    features: list[int],
+    convs: int = 2,
+    kernels: list[tuple[int, int, int]] | None = None,
+    pools: list[tuple[int, int, int]] | None = None,
+) -> int:
     """``PlainConvUNet``'s trainable parameters for ``features`` per stage (the plan's
-    ``features_per_stage``), ``n_conv_per_stage`` = ``n_conv_per_stage_decoder`` = ``convs``."""
+    ``features_per_stage``), ``n_conv_per_stage`` = ``n_conv_per_stage_decoder`` = ``convs``, and the
+    plan's ``kernel_sizes`` and ``strides`` below the first stage (default 3 and 2 along every axis)."""
+    kernels = kernels or [(3, 3, 3)] * len(features)
+    pools = pools or [(2, 2, 2)] * (len(features) - 1)
     total = 0
     cin = channels
-    for f in features:  # encoder: the first convolution of a stage (strided from stage 1) changes the width
+    for f, k in zip(features, kernels, strict=True):  # encoder: a stage's first convolution changes the width
         for i in range(convs):
-            total += _conv(cin if i == 0 else f, f) + 2 * f  # + instance norm's affine scale and shift
+            total += _conv(cin if i == 0 else f, f, k) + 2 * f  # + instance norm's affine scale and shift
         cin = f
-    for below, skip in zip(features[:0:-1], features[-2::-1], strict=True):  # decoder, lowest stage first
-        total += _conv(below, skip, k=2)  # transposed convolution, stride 2
+    stages = list(zip(features[:0:-1], features[-2::-1], kernels[-2::-1], pools[::-1], strict=True))
+    for below, skip, k, pool in stages:  # decoder, lowest stage first
+        total += _conv(below, skip, k=pool)  # transposed convolution, its kernel and stride the pooling
         for i in range(convs):
-            total += _conv(2 * skip if i == 0 else skip, skip) + 2 * skip
+            total += _conv(2 * skip if i == 0 else skip, skip, k) + 2 * skip
         total += _conv(skip, classes, k=1)  # its segmentation head
     return total
 
@@ -99,3 +113,75 @@ def test_strided_leaky_model_builds_without_pooling() -> None:
     assert model.get_layer("down1_conv1").strides == (2, 2, 2)
     assert abs(model.get_layer("down0_relu1").negative_slope - 0.01) < 1e-9
     assert model.get_layer("bottom_conv1").strides == (2, 2, 2)
+
+
+#: nnunetv2 2.8.1's ``get_pool_and_conv_props(spacing, shape, 4, 999999)`` (its 3d_fullres planner's call),
+#: run on these shapes and spacings: the pooling below each stage and every stage's kernels
+NNUNET_PLANNER = [
+    (
+        [64, 80, 28],
+        [2.0, 2.0, 5.0],
+        [(2, 2, 1), (2, 2, 2), (2, 2, 2), (2, 2, 1)],
+        [(3, 3, 1), (3, 3, 3), (3, 3, 3), (3, 3, 3), (3, 3, 3)],
+    ),
+    (
+        [128, 128, 32],
+        [1.0, 1.0, 2.0],
+        [(2, 2, 1), (2, 2, 2), (2, 2, 2), (2, 2, 2), (2, 2, 1)],
+        [(3, 3, 1), (3, 3, 3), (3, 3, 3), (3, 3, 3), (3, 3, 3), (3, 3, 3)],
+    ),
+    (
+        [160, 192, 64],
+        [0.8, 0.8, 2.5],
+        [(2, 2, 1), (2, 2, 2), (2, 2, 2), (2, 2, 2), (2, 2, 2)],
+        [(3, 3, 1), (3, 3, 3), (3, 3, 3), (3, 3, 3), (3, 3, 3), (3, 3, 3)],
+    ),
+    (  # the thick axis, the longest, pooled last and alone
+        [96, 96, 96],
+        [1.0, 1.0, 3.0],
+        [(2, 2, 1), (2, 2, 2), (2, 2, 2), (2, 2, 2), (1, 1, 2)],
+        [(3, 3, 1), (3, 3, 3), (3, 3, 3), (3, 3, 3), (3, 3, 3), (3, 3, 3)],
+    ),
+]
+
+
+@pytest.mark.parametrize(("shape", "spacing", "pools", "kernels"), NNUNET_PLANNER)
+def test_anisotropic_data_gets_nnunets_pooling_and_kernels(
+    shape: list[int], spacing: list[float], pools: list[tuple[int, int, int]], kernels: list[tuple[int, int, int]]
+) -> None:
+    from distmis.recipes import NNUNET
+
+    topology = NNUNET.topology(shape, spacing)
+    assert (topology.depth, topology.pools, topology.kernels) == (len(pools) + 1, pools, kernels)
+
+
+def test_the_planner_stops_at_the_recipes_depth_and_leaves_near_isotropic_data_alone() -> None:
+    from distmis.recipes import DISTMIS, NNUNET
+
+    # nnU-Net plans 7 stages for 320 x 320 x 20 at 0.6 x 0.6 x 3.6 mm; the recipe keeps its 6, the first 5 poolings
+    prostate = NNUNET.topology([320, 320, 20], [0.6, 0.6, 3.6])
+    assert prostate.depth == 6 and prostate.pools == [(2, 2, 1), (2, 2, 1), (2, 2, 2), (2, 2, 2), (2, 2, 1)]
+    # under 2x between the finest and the coarsest spacing nnU-Net pools every axis: the model's default
+    near = NNUNET.topology([40, 56, 40], [1.0, 1.0, 1.9])
+    assert near.pools is None and near.kernels is None and near.depth == NNUNET.depth(40)
+    # distmis's recipe: its deeper maps (16 voxels), and at least its 3 levels even where the slices run out
+    thick = DISTMIS.topology([64, 80, 28], [2.0, 2.0, 5.0])
+    assert thick.depth == 3 and thick.pools == [(2, 2, 1), (2, 2, 2)]
+    assert thick.kernels == [(3, 3, 1), (3, 3, 3), (3, 3, 3)]
+
+
+def test_an_anisotropic_network_has_nnunets_parameter_count_and_heads() -> None:
+    shape, spacing, pools, kernels = NNUNET_PLANNER[0]
+    cfg = nnunet_model(len(pools) + 1).model_copy(update={"pools": pools, "kernels": kernels})
+    features = [min(32 * 2**s, 320) for s in range(cfg.depth)]
+    expected = nnunet_parameters(1, 3, features, kernels=kernels, pools=pools)
+    got = build_unet(cfg, channels=1, num_classes=3).count_params()
+    biases = sum(f * 2 for f in features) + sum(f * 2 for f in features[:-1])
+    assert got == expected - biases
+    assert got < build_unet(nnunet_model(cfg.depth), channels=1, num_classes=3).count_params()  # 3x3x1 kernels
+    small = cfg.model_copy(update={"filters": 2, "max_filters": 4})
+    outs = build_unet(small, channels=1, num_classes=3)(np.zeros((1, 32, 32, 16, 1), np.float32), training=False)
+    # each head at its level's scale along each axis: the step deep supervision takes its labels at
+    scales = small.level_scales()
+    assert small.divisors() == (16, 16, 4)
+    assert [tuple(o.shape[1:4]) for o in outs] == [(32 // a, 32 // b, 16 // c) for a, b, c in scales[:-1]]

@@ -1,5 +1,5 @@
-"""nnU-Net's recipe parts in the one training loop: deep supervision with mixed precision and remat,
-and validation on fixed patches."""
+"""nnU-Net's recipe parts in the one training loop: deep supervision with mixed precision, remat and
+anisotropic pooling, and validation on fixed patches."""
 
 from __future__ import annotations
 
@@ -32,7 +32,9 @@ NNUNET_SGD = {
 def test_deep_supervision_trains_with_mixed_precision_and_remat(prepared16: Path) -> None:
     from distmis.training import Trainer
 
-    for extra in ({}, {"remat": True}):
+    # the third: nnU-Net's pooling for thick slices, so each head's labels are taken at its own step per axis
+    anisotropic = {"pools": [[2, 2, 1], [2, 2, 2]], "kernels": [[3, 3, 1], [3, 3, 3], [3, 3, 3]]}
+    for extra in ({}, {"remat": True}, anisotropic):
         config = ExperimentConfig.model_validate(
             {
                 "train": {"batch_size_per_replica": 2, "steps_per_epoch": 2, "precision": "mixed_float16"},
