@@ -10,13 +10,13 @@ planning and then searches the space around it. Two recipes are named:
   rate 1e-2 with poly decay over every iteration; a third of the patches centred on foreground.
   Its depth follows nnU-Net's planner: one level per halving while the deepest maps keep 4 voxels,
   at most 6 levels. On a CPU the base width may be planned narrower (:attr:`Recipe.cpu_widths`).
+- ``distmis``: distmis's own recipe: 8 filters, instance normalisation, ReLU, max pooling, one
+  output; Adam at a constant learning rate, searched over 1e-3 .. 2e-2. Of nnU-Net's parts it takes
+  the one measured to help on a CPU budget: instance normalisation.
 
 Either recipe's network follows nnU-Net's planner per axis on thick slices (:meth:`Recipe.topology`):
 where the coarsest spacing is twice the finest or more, an axis is pooled and convolved with 3 only
 while its spacing is under twice the finest, as ``get_pool_and_conv_props`` plans it.
-- ``distmis``: distmis's own recipe: 8 filters, instance normalisation, ReLU, max pooling, one
-  output; Adam at a constant learning rate, searched over 1e-3 .. 2e-2. Of nnU-Net's parts it takes
-  the one measured to help on a CPU budget: instance normalisation.
 """
 
 from __future__ import annotations
