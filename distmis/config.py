@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from distmis.documents import MAX_YAML_NODES, StrictYamlLoader, expanded_size, format_field, validation_problems
 from distmis.exceptions import ConfigError
 from distmis.metrics import SEARCH_METRICS, VAL_DICE, is_known_metric
+from distmis.recipes import level_scales
 from distmis.space import ParamSpec, point_problems, structure_problems
 
 Vec3 = tuple[int, int, int]
@@ -291,10 +292,7 @@ class ModelConfig(_Section):
     def level_scales(self) -> list[Vec3]:
         """How much smaller each level's maps are than the input along each axis, top to bottom: the
         voxel step at which deep supervision takes the labels of a level's head."""
-        scales: list[Vec3] = [(1, 1, 1)]
-        for pool in self.level_pools():
-            scales.append(tuple(s * p for s, p in zip(scales[-1], pool, strict=True)))  # type: ignore[arg-type]
-        return scales
+        return level_scales(self.depth, self.pools)
 
     @model_validator(mode="after")
     def _groups_divide_filters(self) -> ModelConfig:

@@ -22,6 +22,7 @@ while its spacing is under twice the finest, as ``get_pool_and_conv_props`` plan
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,6 +68,19 @@ class Recipe:
         return anisotropic_topology(shape, spacing, deepest_map=self.deepest_map, depth_range=self.depth_range)
 
 
+def level_scales(depth: int, pools: Sequence[Sequence[int]] | None) -> list[tuple[int, int, int]]:
+    """How much smaller each of ``depth`` levels' maps are than the input along each axis, top to
+    bottom, given each level's pooling (None: 2 along every axis). The last is what every side of a
+    volume or patch must be a multiple of; deep supervision takes a level's labels at its step.
+
+    The one owner of this arithmetic: the written ``model`` section and init's plan both ask it."""
+    steps = [tuple(p) for p in pools] if pools is not None else [(2, 2, 2)] * (depth - 1)
+    scales = [(1, 1, 1)]
+    for pool in steps:
+        scales.append((scales[-1][0] * pool[0], scales[-1][1] * pool[1], scales[-1][2] * pool[2]))
+    return scales
+
+
 @dataclass(frozen=True)
 class Topology:
     """A U-Net's levels, and per level its pooling and kernels along each axis (None: alike on every axis)."""
@@ -74,6 +88,14 @@ class Topology:
     depth: int
     pools: list[tuple[int, int, int]] | None = None
     kernels: list[tuple[int, int, int]] | None = None
+
+    def level_scales(self) -> list[tuple[int, int, int]]:
+        """Each level's maps' step along each axis (:func:`level_scales`)."""
+        return level_scales(self.depth, self.pools)
+
+    def divisors(self) -> tuple[int, int, int]:
+        """What each side of the prepared shape and the patch must be a multiple of along its axis."""
+        return self.level_scales()[-1]
 
 
 def anisotropic_topology(

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from distmis.data._normalize import channel_schemes
+from distmis.recipes import level_scales
 
 #: foreground voxels sampled per case and modality for the intensity percentiles (nnU-Net: 10 000)
 SAMPLES_PER_CASE = 10_000
@@ -95,9 +96,7 @@ def activation_bytes(
     slices); gradients and workspace add about half again.
     """
     voxels = float(np.prod(patch))
-    shrink = [8.0**level for level in range(depth)]
-    if pools is not None:
-        shrink = [float(np.prod([np.prod(p) for p in pools[:level]])) for level in range(depth)]
+    shrink = [math.prod(scale) for scale in level_scales(depth, pools)]
     maps = sum(12 * filters * 2**level * voxels / shrink[level] for level in range(depth))
     return 1.5 * batch * (maps + channels * voxels) * bytes_per_value
 

@@ -162,7 +162,7 @@ def _patch(
     """The whole volume if it fits the budget, else shrink the largest axis that can shrink, by its
     divisor at a time. Memory is counted at the planned batch: a dataset that trains on one case can
     afford twice the voxels of nnU-Net's batch of 2."""
-    patch, divisors = list(shape), plan_divisors(topology)
+    patch, divisors = list(shape), topology.divisors()
 
     def fits(p: list[int]) -> bool:
         need = activation_bytes(
@@ -184,13 +184,16 @@ def _patch(
     return patch
 
 
-def conv_work(patch: list[int], *, depth: int, filters: int, max_filters: int | None, channels: int) -> float:
-    """Multiply-adds of the U-Net's 3x3x3 convolutions per voxel-batch (a width's relative step cost)."""
+def conv_work(patch: list[int], *, topology: Topology, filters: int, max_filters: int | None, channels: int) -> float:
+    """Multiply-adds of the U-Net's convolutions per voxel-batch (a width's relative step cost), at
+    each level's voxels and kernel size: nnU-Net's thick-slice plan pools and convolves fewer axes."""
+    depth = topology.depth
     widths = [min(filters * 2**level, max_filters or math.inf) for level in range(depth)]
+    kernels = topology.kernels or [(3, 3, 3)] * depth
     voxels = float(math.prod(patch))
     work, cin = 0.0, channels
-    for level, width in enumerate(widths):
-        at = voxels / 8**level
+    for level, (width, scale) in enumerate(zip(widths, topology.level_scales(), strict=True)):
+        at = voxels / math.prod(scale) * math.prod(kernels[level])
         work += at * (cin * width + width * width)  # encoder
         if level < depth - 1:
             work += at * (2 * width * width + width * width)  # decoder (concatenated input)
@@ -250,7 +253,7 @@ class _Plan:
 
     @property
     def divisors(self) -> Vec3:
-        return plan_divisors(self.topology)
+        return self.topology.divisors()
 
     @property
     def whole(self) -> bool:
@@ -313,19 +316,12 @@ def plan_topology(recipe: Recipe, fp: dict[str, Any]) -> Topology:
     return recipe.topology([int(s) for s in fp["median_shape"]], [float(v) for v in spacing] if spacing else None)
 
 
-def plan_divisors(topology: Topology) -> Vec3:
-    """What each side of the prepared shape and the patch must be a multiple of along its axis."""
-    if topology.pools is None:
-        return (2 ** (topology.depth - 1),) * 3  # type: ignore[return-value]
-    return tuple(math.prod(pool[axis] for pool in topology.pools) for axis in range(3))  # type: ignore[return-value]
-
-
 def _decide(fp: dict[str, Any], options: PlanOptions, modalities: list[str]) -> _Plan:
     recipe = RECIPES[options.recipe]
     foreground = list(fp["labels"])
     median = [int(s) for s in fp["median_shape"]]
     topology = plan_topology(recipe, fp)
-    shape = [int(math.ceil(s / d) * d) for s, d in zip(median, plan_divisors(topology), strict=True)]
+    shape = [int(math.ceil(s / d) * d) for s, d in zip(median, topology.divisors(), strict=True)]
     gpu = options.gpu_memory_gb is not None
     budget = float(options.gpu_memory_gb) if options.gpu_memory_gb is not None else CPU_BUDGET_GB
     sizing = _size(
@@ -375,7 +371,6 @@ def _size(
     batch: int,
 ) -> Sizing:
     """Width, patch, trials, epochs and steps: see the module's rules."""
-    depth = topology.depth
     concurrency = options.concurrency or (1 if gpu else 2)
     widths = _widths(recipe, gpu)
     patches = {
@@ -401,10 +396,9 @@ def _size(
     mf = recipe.model.get("max_filters")
 
     def estimate(w: int) -> float:
-        ratio = conv_work(patches[w], depth=depth, filters=w, max_filters=mf, channels=channels) / conv_work(
-            patches[narrowest], depth=depth, filters=narrowest, max_filters=mf, channels=channels
-        )
-        return base_seconds * ratio
+        work = conv_work(patches[w], topology=topology, filters=w, max_filters=mf, channels=channels)
+        base = conv_work(patches[narrowest], topology=topology, filters=narrowest, max_filters=mf, channels=channels)
+        return base_seconds * work / base
 
     width, seconds = narrowest, base_seconds
     for w in widths[:-1]:  # widest first: the first that still buys two rounds of full trials
@@ -692,7 +686,6 @@ __all__ = [
     "HEADER",
     "dataset_text",
     "MIN_CASES",
-    "plan_divisors",
     "plan_topology",
     "MIN_TRIAL_STEPS",
     "PlanOptions",

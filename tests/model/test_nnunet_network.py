@@ -185,3 +185,35 @@ def test_an_anisotropic_network_has_nnunets_parameter_count_and_heads() -> None:
     scales = small.level_scales()
     assert small.divisors() == (16, 16, 4)
     assert [tuple(o.shape[1:4]) for o in outs] == [(32 // a, 32 // b, 16 // c) for a, b, c in scales[:-1]]
+
+
+@pytest.mark.parametrize("downsample", ["maxpool", "strided"])
+@pytest.mark.parametrize("thick", [True, False])
+def test_the_plans_convolution_work_is_the_built_networks_multiply_adds(downsample: str, thick: bool) -> None:
+    """init weighs a wider network's step by :func:`conv_work`: it must count what the network the file
+    describes computes, kernels and pooling per axis included (transposed convolutions and heads aside)."""
+    import keras
+
+    from distmis.data import conv_work
+    from distmis.recipes import DISTMIS, Topology
+
+    topology = DISTMIS.topology([64, 80, 28], [2.0, 2.0, 5.0]) if thick else Topology(depth=3)
+    cfg = ModelConfig(
+        depth=topology.depth,
+        filters=8,
+        norm="instance",
+        downsample=downsample,
+        pools=topology.pools,
+        kernels=topology.kernels,
+    )
+    assert cfg.level_scales() == topology.level_scales() and cfg.divisors() == topology.divisors()
+    patch = [16, 16, 8]
+    model = build_unet(cfg, channels=2, num_classes=3)
+    convs = [
+        layer for layer in model.layers if type(layer) is keras.layers.Conv3D and layer.kernel.shape[:3] != (1, 1, 1)
+    ]
+    outputs = keras.Model(model.inputs, [layer.output for layer in convs])(
+        {"image": np.zeros((1, *patch, 2), np.float32)}
+    )
+    macs = sum(math.prod(c.kernel.shape) * math.prod(o.shape[1:4]) for c, o in zip(convs, outputs, strict=True))
+    assert conv_work(patch, topology=topology, filters=8, max_filters=None, channels=2) == macs
