@@ -189,7 +189,9 @@ def aggregate(
     if anisotropy > ANISOTROPY_RATIO:
         warnings.append(
             f"anisotropic spacing: the median spacing {np.round(median_spacing, 3).tolist()} mm has a "
-            f"ratio of {anisotropy:.1f} (> {ANISOTROPY_RATIO:g}); consider resampling to a common spacing"
+            f"ratio of {anisotropy:.1f} (> {ANISOTROPY_RATIO:g}): init plans nnU-Net's pooling and kernels per axis "
+            "for it and spatial augmentation rotates only within the slices; resampling the slices to the finer "
+            "spacing would only interpolate between them"
         )
     odd = [
         (s["case_id"], s["spacing"])

@@ -192,8 +192,13 @@ def test_a_dataset_of_thick_slices_is_rotated_in_plane(tmp_path) -> None:
             img = nib.load(path)
             nib.save(nib.Nifti1Image(np.asanyarray(img.dataobj), np.diag([*zooms, 1.0])), path)
         prepared = prepare_dataset(raw, tmp_path / f"{name}-prep", PrepareConfig(shape=(12, 12, 12), seed=0))
-        found[name] = load_manifest(tmp_path / f"{name}-prep").info.through_plane_axis
+        info = load_manifest(tmp_path / f"{name}-prep").info
+        found[name] = info.through_plane_axis
         assert prepared.through_plane_axis == found[name]
+        # the fingerprint's warning says what is done for thick slices, not to resample them
+        warned = [w for w in (info.fingerprint or {}).get("warnings", []) if w.startswith("anisotropic spacing")]
+        assert (name, len(warned)) in {("thick", 1), ("isotropic", 0)}
+        assert all("rotates only within the slices" in w and "consider resampling" not in w for w in warned)
     assert found == {"thick": 2, "isotropic": None}
 
 
