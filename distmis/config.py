@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from distmis.documents import MAX_YAML_NODES, StrictYamlLoader, expanded_size, format_field, validation_problems
 from distmis.exceptions import ConfigError
 from distmis.metrics import SEARCH_METRICS, VAL_DICE, is_known_metric
-from distmis.recipes import level_scales
+from distmis.recipes import level_pools, level_scales
 from distmis.space import ParamSpec, point_problems, structure_problems
 
 Vec3 = tuple[int, int, int]
@@ -277,7 +277,7 @@ class ModelConfig(_Section):
 
     def level_pools(self) -> list[Vec3]:
         """Each axis's down-sampling into each level below the first (``pools``, or 2 along every axis)."""
-        return [tuple(p) for p in self.pools] if self.pools is not None else [(2, 2, 2)] * (self.depth - 1)  # type: ignore[misc]
+        return level_pools(self.depth, self.pools)
 
     def level_kernels(self) -> list[Vec3]:
         """Each level's convolution size along each axis (``kernels``, or ``kernel_size`` along every axis)."""

@@ -68,15 +68,22 @@ class Recipe:
         return anisotropic_topology(shape, spacing, deepest_map=self.deepest_map, depth_range=self.depth_range)
 
 
+def level_pools(depth: int, pools: Sequence[Sequence[int]] | None) -> list[tuple[int, int, int]]:
+    """Each axis's down-sampling into each of ``depth`` levels below the first: ``pools``, or 2 along
+    every axis when None."""
+    if pools is None:
+        return [(2, 2, 2)] * (depth - 1)
+    return [(int(p[0]), int(p[1]), int(p[2])) for p in pools]
+
+
 def level_scales(depth: int, pools: Sequence[Sequence[int]] | None) -> list[tuple[int, int, int]]:
     """How much smaller each of ``depth`` levels' maps are than the input along each axis, top to
     bottom, given each level's pooling (None: 2 along every axis). The last is what every side of a
     volume or patch must be a multiple of; deep supervision takes a level's labels at its step.
 
     The one owner of this arithmetic: the written ``model`` section and init's plan both ask it."""
-    steps = [tuple(p) for p in pools] if pools is not None else [(2, 2, 2)] * (depth - 1)
     scales = [(1, 1, 1)]
-    for pool in steps:
+    for pool in level_pools(depth, pools):
         scales.append((scales[-1][0] * pool[0], scales[-1][1] * pool[1], scales[-1][2] * pool[2]))
     return scales
 
@@ -92,6 +99,11 @@ class Topology:
     def level_scales(self) -> list[tuple[int, int, int]]:
         """Each level's maps' step along each axis (:func:`level_scales`)."""
         return level_scales(self.depth, self.pools)
+
+    def level_kernels(self) -> list[tuple[int, int, int]]:
+        """Each level's convolution size along each axis (3 along every axis without ``kernels``, the
+        recipes' kernel size)."""
+        return list(self.kernels) if self.kernels is not None else [(3, 3, 3)] * self.depth
 
     def divisors(self) -> tuple[int, int, int]:
         """What each side of the prepared shape and the patch must be a multiple of along its axis."""

@@ -189,11 +189,11 @@ def conv_work(patch: list[int], *, topology: Topology, filters: int, max_filters
     each level's voxels and kernel size: nnU-Net's thick-slice plan pools and convolves fewer axes."""
     depth = topology.depth
     widths = [min(filters * 2**level, max_filters or math.inf) for level in range(depth)]
-    kernels = topology.kernels or [(3, 3, 3)] * depth
     voxels = float(math.prod(patch))
     work, cin = 0.0, channels
-    for level, (width, scale) in enumerate(zip(widths, topology.level_scales(), strict=True)):
-        at = voxels / math.prod(scale) * math.prod(kernels[level])
+    levels = zip(widths, topology.level_scales(), topology.level_kernels(), strict=True)
+    for level, (width, scale, kernel) in enumerate(levels):
+        at = voxels / math.prod(scale) * math.prod(kernel)
         work += at * (cin * width + width * width)  # encoder
         if level < depth - 1:
             work += at * (2 * width * width + width * width)  # decoder (concatenated input)
