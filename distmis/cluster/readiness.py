@@ -49,13 +49,33 @@ def cluster_state(
     return {"ready": not state["missing_registrations"] and not state["not_alive"] and not short, **state}
 
 
+def connect(address: str, deadline: float) -> None:
+    """Join the job's cluster as a driver, trying again until ``deadline``.
+
+    ``ray health-check`` answers once the head's GCS does; a driver also needs the head's raylet
+    registered there, and Ray gives that up after its own 60 s. On a busy node the raylet took
+    longer, so one refusal must not fail a job that the deadline still allows.
+    """
+    import ray
+
+    while True:
+        try:
+            ray.init(address=address, logging_level="error")
+            return
+        except ConnectionError:
+            ray.shutdown()
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)  # a retry of the connection, bounded by the deadline above
+
+
 def main(argv: list[str] | None = None) -> int:
     import ray
 
     address, nodes_dir, expected_text, timeout, restart = argv or sys.argv[1:]
     expected = json.loads(expected_text)
-    ray.init(address=address, logging_level="error")
     deadline = time.monotonic() + float(timeout)
+    connect(address, deadline)
     while True:
         alive = {n["NodeManagerAddress"]: n["Resources"] for n in ray.nodes() if n["Alive"]}
         state = cluster_state(expected, registered_nodes(Path(nodes_dir), int(restart)), alive)

@@ -44,6 +44,10 @@ HURRY_RETRY = 1.0
 #: how long a search waits for its tracking store to answer at the start (an HTTP server gets
 #: MLflow's own 10 s timeout and one retry; a database that accepts and never answers gets this)
 START_SECONDS = 45.0
+#: the same for a local SQLite file: no network can hang there, but its first use creates MLflow's
+#: schema (tens of seconds of migrations), at nice 10 beside Ray's start and whatever else the
+#: machine runs, so a bound sized for a silent server would fail a search on a busy node
+LOCAL_START_SECONDS = 300.0
 
 _log = logging.getLogger(__name__)
 
@@ -303,14 +307,19 @@ class _Channel:
             raise ValueError(f"unknown tracking operation {kind!r}")
 
 
+def start_seconds(uri: str) -> float:
+    """How long the start of a command waits for the tracking store at ``uri`` to answer."""
+    return LOCAL_START_SECONDS if uri.startswith("sqlite:") else START_SECONDS
+
+
 def _open_within(uri: str, create: Callable[[], tuple[str, str]], hint: str = "") -> tuple[str, str]:
-    """(experiment id, run id) of a run ``create`` opens, within :data:`START_SECONDS`.
+    """(experiment id, run id) of a run ``create`` opens, within :func:`start_seconds`.
 
     Raises:
         TrackingError: the store is down, hangs, refuses, or the URI is wrong: before any work.
     """
     try:
-        return call_within(START_SECONDS, create, name="distmis-mlflow-start")
+        return call_within(start_seconds(uri), create, name="distmis-mlflow-start")
     except Exception as exc:  # noqa: BLE001 - any store or network error is the same refusal
         raise TrackingError(
             f"MLflow tracking store {redact_uri(uri)} is unreachable or unusable: {type(exc).__name__}: "
@@ -393,7 +402,7 @@ class SearchTracker:
         """
         if self.state.get("parent_run_id"):
             try:
-                call_within(START_SECONDS, lambda: self.client.get_run(self.state["parent_run_id"]))
+                call_within(start_seconds(self.uri), lambda: self.client.get_run(self.state["parent_run_id"]))
             except Exception as exc:  # noqa: BLE001 - unreachable, refused, or the run is gone
                 raise TrackingError(
                     f"MLflow at {redact_uri(self.uri)}: cannot reattach to parent run "
@@ -521,7 +530,7 @@ class RunWriter:
         run_id: str | None = None,
         experiment_id_known: str | None = None,
     ) -> str:
-        """Open the run (``run_id``: reattach to it) within :data:`START_SECONDS`; its id.
+        """Open the run (``run_id``: reattach to it) within :func:`start_seconds`; its id.
         ``experiment_id_known``: the experiment's id as a parent run recorded it (not looked up by name).
 
         Raises:

@@ -93,38 +93,15 @@ def test_a_deadline_that_cuts_through_the_trials_leaves_records_that_name_the_ke
     prepared16: Path, tmp_path: Path
 ) -> None:
     """A search whose time budget ends while its trials train: every epoch a trial kept ended before
-    the deadline, and results.csv, summary.json, each trial's files and best/ agree on them."""
-    budget = 45
-    space = tmp_path / "space.yaml"
-    space.write_text(
-        yaml.safe_dump(
-            {
-                "name": "deadline",
-                "data": {"source": str(prepared16)},
-                "train": {"epochs": 500, "steps_per_epoch": 3, "batch_size_per_replica": 2},
-                "model": {"depth": 2, "filters": 4},
-                "search": {
-                    "algorithm": "random",
-                    "num_samples": 2,
-                    "max_concurrent_trials": 2,
-                    "seed": 0,
-                    "scheduler": {"type": "none"},
-                    "time_budget": str(budget),
-                },
-                "space": {"lr": {"loguniform": [3.0e-3, 2.0e-2]}},
-            }
-        )
-    )
-    out = tmp_path / "run"
-    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "RAY_ADDRESS")}
-    result = subprocess.run(
-        [sys.executable, "-m", "distmis", "tune", str(space), "--out", str(out)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    the deadline, and results.csv, summary.json, each trial's files and best/ agree on them.
+
+    A busy machine may not end one epoch within the first budget (seen in CI at 45 s): the search then keeps
+    nothing, and it is run again with a longer one; the checks below never weaken."""
+    for budget in (90, 240):
+        out = tmp_path / f"run-{budget}"
+        result = _deadline_search(prepared16, tmp_path, budget, out)
+        if result.returncode == 0 or not _no_epoch_kept(out):
+            break
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     summary = json.loads((out / RunFile.SUMMARY).read_text())
     deadline = summary["started_at"] + budget
@@ -142,3 +119,45 @@ def test_a_deadline_that_cuts_through_the_trials_leaves_records_that_name_the_ke
             assert json.loads((trial / "best" / "metrics.json").read_text())["epoch"] == int(r["best_epoch"])
     best = json.loads((out / "best" / "metrics.json").read_text())
     assert best["val_dice"] == pytest.approx(summary["best_value"])
+
+
+def _deadline_search(prepared: Path, tmp_path: Path, budget: int, out: Path) -> subprocess.CompletedProcess[str]:
+    """``distmis tune`` of two long trials under a time budget of ``budget`` seconds."""
+    space = tmp_path / f"space-{budget}.yaml"
+    space.write_text(
+        yaml.safe_dump(
+            {
+                "name": "deadline",
+                "data": {"source": str(prepared)},
+                "train": {"epochs": 500, "steps_per_epoch": 3, "batch_size_per_replica": 2},
+                "model": {"depth": 2, "filters": 4},
+                "search": {
+                    "algorithm": "random",
+                    "num_samples": 2,
+                    "max_concurrent_trials": 2,
+                    "seed": 0,
+                    "scheduler": {"type": "none"},
+                    "time_budget": str(budget),
+                },
+                "space": {"lr": {"loguniform": [3.0e-3, 2.0e-2]}},
+            }
+        )
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "RAY_ADDRESS")}
+    return subprocess.run(
+        [sys.executable, "-m", "distmis", "tune", str(space), "--out", str(out)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600 + budget,
+    )
+
+
+def _no_epoch_kept(out: Path) -> bool:
+    """Whether a search under a time budget ended before any trial reported an epoch."""
+    try:
+        with open(out / RunFile.RESULTS) as fh:
+            return all(int(r["epochs"] or 0) == 0 for r in csv.DictReader(fh))
+    except OSError:
+        return True
