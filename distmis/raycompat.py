@@ -1,9 +1,9 @@
 """The one door to Ray's private code: what distmis does beyond Ray's public API, and only on a Ray it was tested with.
 
-Three things are worth it: a private local Ray without the head API server, which no distmis
-command uses but ``ray.init`` waits for; stopping that Ray without its autoscaler monitor's
-grace second; and re-reading Ray's token settings when Ray was imported before distmis chose a
-private token. Each is done only where Ray's version is one of :data:`TESTED_MINORS`; on any
+Four things are worth it: a private local Ray without the head API server, which no distmis
+command uses but ``ray.init`` waits for; a longer wait for that Ray's raylet on a busy machine;
+stopping that Ray without its autoscaler monitor's grace second; and re-reading Ray's token
+settings when Ray was imported before distmis chose a private token. Each is done only where Ray's version is one of :data:`TESTED_MINORS`; on any
 other version Ray's public behaviour is used (slower to start and stop, never wrong), so a newer
 Ray within the declared bound still works. The layering test keeps every private Ray import in
 this module.
@@ -14,13 +14,19 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from functools import cache
 from importlib import metadata
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 #: Ray minor versions whose private layout this module was written against and tested with
 TESTED_MINORS = ("2.60",)
+#: how long a local Ray's start waits for its raylet to register with the GCS: Ray's own 30 s,
+#: fixed in ``Node.__init__``, failed starts in CI on a 2-core machine with a load of 9
+RAYLET_REGISTRATION_SECONDS = 180.0
 
 
 def is_tested(version: str) -> bool:
@@ -61,6 +67,45 @@ def local_system_config() -> dict[str, Any]:
     there would be an error.
     """
     return {"prestart_worker_first_driver": False} if private_code_usable() else {}
+
+
+@contextlib.contextmanager
+def patient_raylet_registration(seconds: float = RAYLET_REGISTRATION_SECONDS) -> Iterator[None]:
+    """A local Ray started inside the block waits up to ``seconds`` for its raylet to register.
+
+    ``Node.__init__`` asks the GCS for its node (``services.get_node``) until 30 s have passed,
+    then fails the start, although the raylet is only slow, not dead. Inside the block each of
+    those asks itself retries until ``seconds``; a raylet that never registers still fails the
+    start, later. On an untested Ray, Ray's own 30 s apply.
+    """
+    if not private_code_usable():
+        yield
+        return
+    from ray._private import services
+
+    original = services.get_node
+    services.get_node = retried_until(seconds, original)
+    try:
+        yield
+    finally:
+        services.get_node = original
+
+
+def retried_until(seconds: float, ask: Callable[..., T], *, interval: float = 0.5) -> Callable[..., T]:
+    """``ask``, asked again while it raises :class:`RuntimeError` (Ray's "not registered yet")
+    until ``seconds`` have passed since the first ask; then its error is raised."""
+
+    def patient(*args: Any) -> T:
+        deadline = time.monotonic() + seconds
+        while True:
+            try:
+                return ask(*args)
+            except RuntimeError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(interval)  # a poll, bounded by the deadline above
+
+    return patient
 
 
 @contextlib.contextmanager

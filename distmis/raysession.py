@@ -22,7 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from distmis.exceptions import ClusterError
-from distmis.raycompat import local_monitor_processes, local_system_config, refresh_auth_settings, without_api_server
+from distmis.raycompat import (
+    local_monitor_processes,
+    local_system_config,
+    patient_raylet_registration,
+    refresh_auth_settings,
+    without_api_server,
+)
 from distmis.waits import WaitExpired, call_within
 
 
@@ -78,7 +84,7 @@ def init_ray(
     if address:
         _connect(address, source, runtime_env)
     else:
-        with contextlib.nullcontext() if include_dashboard else without_api_server():
+        with contextlib.nullcontext() if include_dashboard else without_api_server(), patient_raylet_registration():
             ray.init(
                 num_cpus=num_cpus,
                 resources=resources,

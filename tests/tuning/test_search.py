@@ -433,6 +433,39 @@ def test_a_private_local_ray_starts_without_an_api_server_and_stops_whole(local_
     assert not alive, [processes[p.pid] for p in alive]
 
 
+def test_a_local_rays_start_asks_for_its_raylet_again_until_the_bound() -> None:
+    """Ray's "not registered yet" (a RuntimeError) is asked again until the bound, then raised;
+    an answer ends the wait at once, and any other error is never retried."""
+    from distmis.raycompat import retried_until
+
+    asks: list[float] = []
+
+    def registers_on_third(node: str) -> str:
+        asks.append(time.monotonic())
+        if len(asks) < 3:
+            raise RuntimeError(f"{node} not registered")
+        return node
+
+    assert retried_until(60.0, registers_on_third, interval=0.01)("n1") == "n1" and len(asks) == 3
+
+    def never(node: str) -> str:
+        raise RuntimeError(f"{node} not registered")
+
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="n2 not registered"):
+        retried_until(0.3, never, interval=0.01)("n2")
+    assert time.monotonic() - start >= 0.3  # a lower bound only: the bound was waited out
+
+    def broken(node: str) -> str:
+        asks.append(time.monotonic())
+        raise ValueError(node)
+
+    asks.clear()
+    with pytest.raises(ValueError):
+        retried_until(60.0, broken, interval=0.01)("n3")
+    assert len(asks) == 1
+
+
 def test_the_private_ray_code_runs_only_on_a_tested_ray() -> None:
     """On any Ray minor release that the compatibility module was not tested with, distmis uses
     Ray's public behaviour only (so opening the version bound cannot break a start)."""
