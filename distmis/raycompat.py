@@ -3,9 +3,10 @@
 Four things are worth it: a private local Ray without the head API server, which no distmis
 command uses but ``ray.init`` waits for; a longer wait for that Ray's raylet on a busy machine;
 stopping that Ray without its autoscaler monitor's grace second; and re-reading Ray's token
-settings when Ray was imported before distmis chose a private token. Each is done only where Ray's version is one of :data:`TESTED_MINORS`; on any
-other version Ray's public behaviour is used (slower to start and stop, never wrong), so a newer
-Ray within the declared bound still works. The layering test keeps every private Ray import in
+settings when Ray was imported before distmis chose a private token. Each is done only where
+Ray's version is one of :data:`TESTED_MINORS`; on any other version Ray's public behaviour is
+used (slower to start and stop, never wrong), so a newer Ray within the declared bound still
+works. The layering test keeps every private Ray import in
 this module.
 """
 
