@@ -15,13 +15,12 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from functools import cache
 from importlib import metadata
-from typing import Any, TypeVar
+from typing import Any
 
-T = TypeVar("T")
+from distmis.waits import retried_until
 
 #: Ray minor versions whose private layout this module was written against and tested with
 TESTED_MINORS = ("2.60",)
@@ -90,23 +89,6 @@ def patient_raylet_registration(seconds: float = RAYLET_REGISTRATION_SECONDS) ->
         yield
     finally:
         services.get_node = original
-
-
-def retried_until(seconds: float, ask: Callable[..., T], *, interval: float = 0.5) -> Callable[..., T]:
-    """``ask``, asked again while it raises :class:`RuntimeError` (Ray's "not registered yet")
-    until ``seconds`` have passed since the first ask; then its error is raised."""
-
-    def patient(*args: Any) -> T:
-        deadline = time.monotonic() + seconds
-        while True:
-            try:
-                return ask(*args)
-            except RuntimeError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(interval)  # a poll, bounded by the deadline above
-
-    return patient
 
 
 @contextlib.contextmanager

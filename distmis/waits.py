@@ -13,8 +13,9 @@ import contextlib
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -42,6 +43,33 @@ def call_within(seconds: float, fn: Callable[[], T], *, name: str = "distmis-bou
     if not result:
         raise WaitExpired(f"no answer within {seconds:.0f} s")
     return result[0]
+
+
+def retried_until(
+    seconds: float,
+    ask: Callable[..., T],
+    *,
+    retry_on: type[BaseException] = RuntimeError,
+    between: Callable[[], object] | None = None,
+    interval: float = 0.5,
+) -> Callable[..., T]:
+    """``ask``, asked again while it raises ``retry_on`` (something not up *yet*) until ``seconds``
+    have passed since the first ask; then that error is raised. ``between`` runs after each refusal
+    (to undo what a failed ask left); any other error is raised at once."""
+
+    def patient(*args: Any) -> T:
+        deadline = time.monotonic() + seconds
+        while True:
+            try:
+                return ask(*args)
+            except retry_on:
+                if between is not None:
+                    between()
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(interval)  # a poll, bounded by the deadline above
+
+    return patient
 
 
 def lower_this_threads_priority(nice: int) -> None:
@@ -110,4 +138,11 @@ class Background:
         return self._result[0]
 
 
-__all__ = ["Background", "WaitExpired", "call_within", "lower_this_threads_priority", "priority_lowered"]
+__all__ = [
+    "Background",
+    "WaitExpired",
+    "call_within",
+    "lower_this_threads_priority",
+    "priority_lowered",
+    "retried_until",
+]

@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from distmis.waits import retried_until
+
 
 def registered_nodes(nodes_dir: Path, restart: int) -> dict[str, dict[str, Any]]:
     """The worker nodes that wrote their registration for this start of the job."""
@@ -58,15 +60,13 @@ def connect(address: str, deadline: float) -> None:
     """
     import ray
 
-    while True:
-        try:
-            ray.init(address=address, logging_level="error")
-            return
-        except ConnectionError:
-            ray.shutdown()
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(1.0)  # a retry of the connection, bounded by the deadline above
+    retried_until(
+        max(0.0, deadline - time.monotonic()),
+        lambda: ray.init(address=address, logging_level="error"),
+        retry_on=ConnectionError,
+        between=ray.shutdown,
+        interval=1.0,
+    )()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,8 +25,8 @@ MAX_FUNCTION_LINES = 80
 #: Rooms on one floor do not import each other unless named in SIDEWAYS.
 LAYERS: list[tuple[str, ...]] = [
     ("__init__", "exceptions", "exitcodes", "schema"),
-    ("links",),
-    ("console", "documents", "tensorflow_env", "redact", "metrics", "locks", "waits", "raycompat"),
+    ("links", "waits"),
+    ("console", "documents", "tensorflow_env", "redact", "metrics", "locks", "raycompat"),
     ("files",),
     ("labels", "space", "raysession", "reports", "search_summary", "recipes"),
     ("config",),

@@ -436,7 +436,7 @@ def test_a_private_local_ray_starts_without_an_api_server_and_stops_whole(local_
 def test_a_local_rays_start_asks_for_its_raylet_again_until_the_bound() -> None:
     """Ray's "not registered yet" (a RuntimeError) is asked again until the bound, then raised;
     an answer ends the wait at once, and any other error is never retried."""
-    from distmis.raycompat import retried_until
+    from distmis.waits import retried_until
 
     asks: list[float] = []
 
