@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from distmis.documents import MAX_YAML_NODES, StrictYamlLoader, expanded_size, format_field, validation_problems
 from distmis.exceptions import ConfigError
 from distmis.metrics import SEARCH_METRICS, VAL_DICE, is_known_metric
-from distmis.recipes import level_pools, level_scales
+from distmis.recipes import level_pools, level_scales, level_widths
 from distmis.space import ParamSpec, point_problems, structure_problems
 
 Vec3 = tuple[int, int, int]
@@ -273,7 +273,7 @@ class ModelConfig(_Section):
 
     def level_filters(self) -> list[int]:
         """The filters of each level, top to bottom: ``filters`` doubled per level, capped at ``max_filters``."""
-        return [min(self.filters * 2**level, self.max_filters or math.inf) for level in range(self.depth)]  # type: ignore[misc]
+        return level_widths(self.depth, self.filters, self.max_filters)
 
     def level_pools(self) -> list[Vec3]:
         """Each axis's down-sampling into each level below the first (``pools``, or 2 along every axis)."""

@@ -68,6 +68,14 @@ class Recipe:
         return anisotropic_topology(shape, spacing, deepest_map=self.deepest_map, depth_range=self.depth_range)
 
 
+def level_widths(depth: int, filters: int, max_filters: int | None) -> list[int]:
+    """The filters of each of ``depth`` levels, top to bottom: ``filters`` doubled per level, capped
+    at ``max_filters`` (nnU-Net's 320 on a GPU plan). The one rule the model, its parameter count and
+    the planner's step-cost estimate all read."""
+    widths = [filters * 2**level for level in range(depth)]
+    return widths if max_filters is None else [min(width, max_filters) for width in widths]
+
+
 def level_pools(depth: int, pools: Sequence[Sequence[int]] | None) -> list[tuple[int, int, int]]:
     """Each axis's down-sampling into each of ``depth`` levels below the first: ``pools``, or 2 along
     every axis when None."""

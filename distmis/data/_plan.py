@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any
 
 from distmis.data._inspect import activation_bytes
 from distmis.labels import PRESETS
-from distmis.recipes import RECIPES, Recipe, Topology
+from distmis.recipes import RECIPES, Recipe, Topology, level_widths
 
 if TYPE_CHECKING:
     from distmis.config import Vec3
@@ -188,7 +188,7 @@ def conv_work(patch: list[int], *, topology: Topology, filters: int, max_filters
     """Multiply-adds of the U-Net's convolutions per voxel-batch (a width's relative step cost), at
     each level's voxels and kernel size: nnU-Net's thick-slice plan pools and convolves fewer axes."""
     depth = topology.depth
-    widths = [min(filters * 2**level, max_filters or math.inf) for level in range(depth)]
+    widths = level_widths(depth, filters, max_filters)
     voxels = float(math.prod(patch))
     work, cin = 0.0, channels
     levels = zip(widths, topology.level_scales(), topology.level_kernels(), strict=True)

@@ -72,7 +72,7 @@ def test_search_tracked_on_a_real_server(prepared16: Path, tmp_path: Path, capfd
             prepared16,
             name="tracked",
             algorithm="random",
-            samples=3,
+            samples=2,
             epochs=2,
             space={"lr": {"loguniform": [3.0e-3, 2.0e-2]}, "amsgrad": {"choice": [True, False]}},
         )
@@ -102,7 +102,7 @@ def test_default_local_store(prepared16: Path, tmp_path: Path) -> None:
         prepared16,
         name="local",
         algorithm="random",
-        samples=3,
+        samples=2,
         epochs=2,
         space={"lr": {"loguniform": [3.0e-3, 2.0e-2]}},
     )

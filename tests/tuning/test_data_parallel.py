@@ -113,7 +113,7 @@ def test_trials_after_the_first_reuse_a_warm_group(prepared16: Path, tmp_path: P
         algorithm="grid",
         samples=1,
         epochs=2,
-        space={"lr": {"choice": [2.0e-2, 1.0e-2, 5.0e-3]}},
+        space={"lr": {"choice": [2.0e-2, 1.0e-2]}},
     )
     out = tmp_path / "out"
     result = subprocess.run(
@@ -125,10 +125,10 @@ def test_trials_after_the_first_reuse_a_warm_group(prepared16: Path, tmp_path: P
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     firsts = first_epochs(out)
-    assert len(firsts) == 3 and [r["warm_start"] for r in firsts] == [False, True, True]
+    assert len(firsts) == 2 and [r["warm_start"] for r in firsts] == [False, True]
     assert len({r["trial_pid"] for r in firsts}) == 1  # the same trainable and group throughout
     rows = read_results(out)
-    assert [r["warm"] for r in sorted(rows, key=lambda r: float(r["started_at"]))] == ["False", "True", "True"]
+    assert [r["warm"] for r in sorted(rows, key=lambda r: float(r["started_at"]))] == ["False", "True"]
     # no process start-up after the first trial, observed as state: every trial ran on the same worker
     # processes in the same placement group (how much time that saves is benchmarks/tune_overhead.py's
     # business; a wall-clock bound here failed on a loaded host: 10.4 s beside make test-stress)
