@@ -209,21 +209,32 @@ def test_prepare_on_a_full_disk_names_the_path_and_leaves_nothing(msd16: Path, t
         assert list(disk.iterdir()) == []  # no half-written output, no temporary, no lock file
 
 
+@pytest.fixture(scope="module")
+def disk_probe(prepared16: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A 1-trial search file, and what that search wrote on a roomy disk: ``probe/out`` and its
+    SQLite store ``probe/mlflow.db``. Both full-disk searches size their small disks from it, so it
+    runs once for the two (skipped, before any search, where no small disk can be made)."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("needs root and mount to make a small tmpfs")
+    root = tmp_path_factory.mktemp("disk-probe")
+    path = space_file(root, prepared16, name="full", algorithm="random", samples=1, epochs=1, concurrency=1,
+                      space={"lr": {"loguniform": [3.0e-3, 2.0e-2]}})  # fmt: skip
+    probe = root / "probe"
+    probe.mkdir()
+    done = _run("tune", str(path), "--out", str(probe / "out"), "--tracking-uri", f"sqlite:///{probe / 'mlflow.db'}")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return path, probe
+
+
 def test_a_search_whose_bookkeeping_meets_a_full_disk_fails_clearly_and_resumes(
-    prepared16: Path, tmp_path: Path
+    disk_probe: tuple[Path, Path], tmp_path: Path
 ) -> None:
     """The trials finish, then results, plots and best/ do not fit: one error line naming ENOSPC, the
     MLflow parent run FAILED with the reason; with room again, --resume writes them and finishes it."""
     from mlflow.tracking import MlflowClient
 
-    if os.geteuid() != 0 or shutil.which("mount") is None:  # before the probe search, not after it
-        pytest.skip("needs root and mount to make a small tmpfs")
-    path = space_file(tmp_path, prepared16, name="full", algorithm="random", samples=1, epochs=1, concurrency=1,
-                      space={"lr": {"loguniform": [3.0e-3, 2.0e-2]}})  # fmt: skip
+    path, probe = disk_probe[0], disk_probe[1] / "out"  # how much the search writes, on a roomy disk
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    # how much the same search writes before its bookkeeping: measured on a roomy disk first
-    probe = tmp_path / "probe"
-    assert _run("tune", str(path), "--out", str(probe), "--tracking-uri", store).returncode == 0
     # what the search writes at its end (the top-level entries only: a trial's own best/ is written
     # while it trains), counted in tmpfs pages: every file takes whole 4 KiB pages
     bookkeeping = {"results.csv", "best.yaml", "summary.json", "timings.json", "best", "plots"}
@@ -261,18 +272,11 @@ def test_a_search_whose_bookkeeping_meets_a_full_disk_fails_clearly_and_resumes(
 
 
 def test_a_full_disk_that_also_holds_the_sqlite_store_gives_one_line_and_no_traceback(
-    prepared16: Path, tmp_path: Path
+    disk_probe: tuple[Path, Path], tmp_path: Path
 ) -> None:
     """MLflow's SQLAlchemy store logged its own traceback when the disk it shares with the search
     filled, before distmis's one error line; a print into the full tune.log named no file."""
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("needs root and mount to make a small tmpfs")
-    path = space_file(tmp_path, prepared16, name="fullstore", algorithm="random", samples=1, epochs=1,
-                      concurrency=1, space={"lr": {"loguniform": [3.0e-3, 2.0e-2]}})  # fmt: skip
-    probe = tmp_path / "probe"
-    probe.mkdir()
-    done = _run("tune", str(path), "--out", str(probe / "out"), "--tracking-uri", f"sqlite:///{probe / 'mlflow.db'}")
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    path, probe = disk_probe  # the search and its store, together, on a roomy disk
     written = sum(pages(p) for p in probe.rglob("*") if p.is_file())
     with small_disk(tmp_path / "disk", f"{written * 2 // 3 // 1024}k") as disk:  # two thirds of what it needs
         result = _run(
