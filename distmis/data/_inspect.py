@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from distmis.data._normalize import channel_schemes
-from distmis.recipes import level_scales
+from distmis.recipes import level_scales, level_widths
 
 #: foreground voxels sampled per case and modality for the intensity percentiles (nnU-Net: 10 000)
 SAMPLES_PER_CASE = 10_000
@@ -97,7 +97,8 @@ def activation_bytes(
     """
     voxels = float(np.prod(patch))
     shrink = [math.prod(scale) for scale in level_scales(depth, pools)]
-    maps = sum(12 * filters * 2**level * voxels / shrink[level] for level in range(depth))
+    widths = level_widths(depth, filters, None)  # uncapped: never under-counts a plan's memory
+    maps = sum(12 * width * voxels / scale for width, scale in zip(widths, shrink, strict=True))
     return 1.5 * batch * (maps + channels * voxels) * bytes_per_value
 
 

@@ -133,9 +133,7 @@ def test_finalize_chooses_by_cross_validation_and_writes_an_ensemble(search: Pat
 
 @pytest.mark.slow
 def test_a_final_with_a_member_missing_its_weights_is_refused_by_name(search: Path, tmp_path: Path) -> None:
-    final = search / "final"
-    if not (final / "ensemble.json").is_file():
-        assert _distmis("finalize", str(search), "--top", "2", "--folds", str(ENSEMBLE_FOLDS)).returncode == 0
+    final = _final_of(search)
     broken = tmp_path / "final"
     shutil.copytree(final, broken)
     member = json.loads((broken / "ensemble.json").read_text())["members"][1]
