@@ -87,17 +87,20 @@ def activation_bytes(
     channels: int,
     bytes_per_value: int = 4,
     pools: list[tuple[int, int, int]] | None = None,
+    max_filters: int | None = None,
 ) -> float:
     """Estimated training memory of the U-Net for one step (the rule stated in the fingerprint).
 
     Each level keeps about 12 feature maps of its width for the backward pass (2 convolutions,
     2 normalisations, 2 activations, in the encoder and again in the decoder), at 1/8 of the
     voxels per level down (or fewer halvings with ``pools``, nnU-Net's per-axis pooling of thick
-    slices); gradients and workspace add about half again.
+    slices); gradients and workspace add about half again. A level is as wide as the model makes
+    it (``max_filters`` caps it, as nnU-Net's 320 does), so a capped deep plan is not charged for
+    maps it never builds.
     """
     voxels = float(np.prod(patch))
     shrink = [math.prod(scale) for scale in level_scales(depth, pools)]
-    widths = level_widths(depth, filters, None)  # uncapped: never under-counts a plan's memory
+    widths = level_widths(depth, filters, max_filters)
     maps = sum(12 * width * voxels / scale for width, scale in zip(widths, shrink, strict=True))
     return 1.5 * batch * (maps + channels * voxels) * bytes_per_value
 

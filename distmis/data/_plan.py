@@ -157,7 +157,14 @@ class Sizing:
 
 
 def _patch(
-    shape: list[int], *, budget_gb: float, topology: Topology, channels: int, filters: int, batch: int
+    shape: list[int],
+    *,
+    budget_gb: float,
+    topology: Topology,
+    channels: int,
+    filters: int,
+    max_filters: int | None,
+    batch: int,
 ) -> list[int]:
     """The whole volume if it fits the budget, else shrink the largest axis that can shrink, by its
     divisor at a time. Memory is counted at the planned batch: a dataset that trains on one case can
@@ -172,6 +179,7 @@ def _patch(
             batch=batch,
             channels=channels,
             pools=topology.pools,
+            max_filters=max_filters,
         )
         return need <= budget_gb * 2**30
 
@@ -268,6 +276,7 @@ class _Plan:
             batch=self.batch,
             channels=len(self.modalities),
             pools=self.topology.pools,
+            max_filters=self.recipe.model.get("max_filters"),
         )
         return need / 2**30
 
@@ -373,8 +382,11 @@ def _size(
     """Width, patch, trials, epochs and steps: see the module's rules."""
     concurrency = options.concurrency or (1 if gpu else 2)
     widths = _widths(recipe, gpu)
+    mf = recipe.model.get("max_filters")
     patches = {
-        w: _patch(shape, budget_gb=memory_gb, topology=topology, channels=channels, filters=w, batch=batch)
+        w: _patch(
+            shape, budget_gb=memory_gb, topology=topology, channels=channels, filters=w, max_filters=mf, batch=batch
+        )
         for w in widths
     }
     if options.search_seconds is None or options.step_seconds is None:
@@ -393,7 +405,6 @@ def _size(
     steps_total = options.search_seconds * TRAINING_SHARE * concurrency  # in step-seconds, per width below
     narrowest = widths[-1]
     base_seconds = options.step_seconds(narrowest, tuple(patches[narrowest]), batch)  # type: ignore[arg-type]
-    mf = recipe.model.get("max_filters")
 
     def estimate(w: int) -> float:
         work = conv_work(patches[w], topology=topology, filters=w, max_filters=mf, channels=channels)

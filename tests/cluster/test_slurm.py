@@ -255,6 +255,15 @@ PROBE = (
     "import json, os, ray; ray.init(); alive = [n for n in ray.nodes() if n['Alive']]; "
     "print('CLUSTER', json.dumps({'nodes': len(alive), 'cpus': ray.cluster_resources().get('CPU')}))"
 )
+# The same probe, also writing what it saw to the file named by its argument: srun forwards a
+# step's output through a connection per node that SLURM may drop on a host under load
+# (``srun: error: failed reading io init message``), so a test that is about something other
+# than the job log reads this file instead.
+PROBE_TO_FILE = (
+    "import json, sys, ray; ray.init(); alive = [n for n in ray.nodes() if n['Alive']]; "
+    "seen = json.dumps({'nodes': len(alive), 'cpus': ray.cluster_resources().get('CPU')}); "
+    "open(sys.argv[1], 'w').write(seen); print('CLUSTER', seen)"
+)
 
 
 def test_two_jobs_on_the_same_nodes_at_once(slurm: SlurmCluster, tmp_path: Path) -> None:
@@ -265,10 +274,13 @@ def test_two_jobs_on_the_same_nodes_at_once(slurm: SlurmCluster, tmp_path: Path)
         sub.mkdir()
         # four Rays starting at once on 2 cores: in CI a worker's Ray exited and joined again after
         # 94 s, past the 120 s bound the other tests give their single job
-        jobs.append((sub, slurm.sbatch(write_script(sub, [sys.executable, "-c", PROBE], cpus=1, timeout=300))))
+        probe = [sys.executable, "-c", PROBE_TO_FILE, str(sub / "cluster-seen.json")]
+        jobs.append((sub, slurm.sbatch(write_script(sub, probe, cpus=1, timeout=300))))
     for sub, job in jobs:
         assert slurm.wait_job(job, timeout=600) == ("COMPLETED", "0:0"), job_log(sub, job)[-3000:]
-        assert 'CLUSTER {"nodes": 2, "cpus": 2.0}' in job_log(sub, job)
+        seen = sub / "cluster-seen.json"
+        assert seen.exists(), job_log(sub, job)[-3000:]
+        assert json.loads(seen.read_text()) == {"nodes": 2, "cpus": 2.0}
     blocks = [json.loads((sub / "jobs" / f"slurm-{job}" / "ray-ports.json").read_text()) for sub, job in jobs]
     assert blocks[0]["block_first"] != blocks[1]["block_first"]  # both heads ran on n1 at the same time
     for sub, job in jobs:
