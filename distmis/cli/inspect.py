@@ -76,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
             if s.get("gpu_memory_gb")
             else " (give --gpu-memory for a patch)"
         )
+        + (f", model.pools {s['pools']} and model.kernels {s['kernels']} (anisotropic spacing)" if "pools" in s else "")
     )
     for warning in fp["warnings"]:
         print(f"distmis: warning: {warning}")

@@ -10,6 +10,7 @@ from distmis.data._augment import spatial_parameters as augment_spatial_paramete
 from distmis.data._cases import CaseReader, write_case
 from distmis.data._folds import cv_cases, fold_groups, fold_view, label_presence
 from distmis.data._inspect import activation_bytes, fingerprint, overview_png
+from distmis.data._inspect import suggest as suggest_patch
 from distmis.data._loader import PatchSampler, augment, eval_batches, make_dataset, pipeline_errors, verify_cases
 from distmis.data._msd import (
     MsdCase,
@@ -68,6 +69,7 @@ from distmis.data._visualize import read_case, render_case
 __all__ = [
     "INTENSITY_CHANCES",
     "activation_bytes",
+    "suggest_patch",
     "augment_context_size",
     "augment_from_context",
     "augment_intensity",

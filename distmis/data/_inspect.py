@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from distmis.data._normalize import channel_schemes
-from distmis.recipes import level_scales, level_widths
+from distmis.recipes import ANISOTROPIC_SPACING, RECIPES, Topology, anisotropic_topology, level_scales, level_widths
 
 #: foreground voxels sampled per case and modality for the intensity percentiles (nnU-Net: 10 000)
 SAMPLES_PER_CASE = 10_000
@@ -105,44 +105,77 @@ def activation_bytes(
     return 1.5 * batch * (maps + channels * voxels) * bytes_per_value
 
 
+def shrink_to_fit(shape: list[int], divisors: tuple[int, int, int], fits: Callable[[list[int]], bool]) -> list[int]:
+    """The whole ``shape`` if it fits, else the longest axis that can still shrink loses one divisor
+    at a time until it does (or nothing can shrink: the caller checks ``fits`` again). nnU-Net's
+    planner shrinks the same way, so a thick-slice volume keeps its few slices whole."""
+    patch = list(shape)
+    while not fits(patch):
+        shrinkable = [axis for axis in range(3) if patch[axis] > divisors[axis]]
+        if not shrinkable:
+            break
+        axis = max(shrinkable, key=lambda a: patch[a])
+        patch[axis] -= divisors[axis]
+    return patch
+
+
 def suggest(
-    median_shape: list[int], channels: int, *, gpu_memory_gb: float | None, depth: int, filters: int, batch: int
+    median_shape: list[int],
+    channels: int,
+    *,
+    spacing: list[float] | None,
+    gpu_memory_gb: float | None,
+    depth: int,
+    filters: int,
+    batch: int,
 ) -> dict[str, Any]:
-    """A prepared shape (the median shape, rounded up to what the U-Net can halve) and a patch
-    (the largest cube that fits the memory budget, and the volume)."""
-    divisor = 2 ** (depth - 1)
-    shape = [int(math.ceil(s / divisor) * divisor) for s in median_shape]
+    """A prepared shape (the median shape, rounded up to what the U-Net's levels can halve) and a
+    patch (the median shape shrunk until it fits the memory budget), by the rules ``distmis init``
+    plans with: where the spacing is anisotropic, nnU-Net's pooling and kernels per axis at ``depth``
+    levels, so thick slices are not halved (a cube patch would be cut to the few slices' count)."""
+    if spacing is None or max(spacing) < ANISOTROPIC_SPACING * min(spacing):
+        topology = Topology(depth=depth)
+    else:
+        topology = anisotropic_topology(
+            median_shape, spacing, deepest_map=RECIPES["distmis"].deepest_map, depth_range=(depth, depth)
+        )
+    divisors = topology.divisors()
+    shape = [int(math.ceil(s / d) * d) for s, d in zip(median_shape, divisors, strict=True)]
     suggestion: dict[str, Any] = {
         "prepare_shape": shape,
         "depth": depth,
         "filters": filters,
         "batch_size_per_replica": batch,
         "rule": (
-            "prepare.shape: the median case shape rounded up to a multiple of 2^(depth-1); train.patch: the "
-            "largest cube (a multiple of 2^(depth-1), no larger than that shape) whose estimated training "
-            "memory fits the budget, estimated as 1.5 x batch x 4 bytes x (12 feature maps per U-Net level, "
-            "filters x 2^level wide at 1/8^level of the voxels, + the input channels)"
+            "prepare.shape: the median case shape rounded up, per axis, to a multiple of that axis's total "
+            "pooling (2^(depth-1), or fewer halvings along a thick-slice axis: nnU-Net's pools); train.patch: "
+            "that shape, its longest axis shrunk by that multiple until the estimated training memory fits "
+            "the budget, estimated as 1.5 x batch x 4 bytes x (12 feature maps per U-Net level, filters x "
+            "2^level wide, at that level's share of the voxels, + the input channels)"
         ),
     }
+    if topology.pools is not None:
+        suggestion["pools"] = [list(p) for p in topology.pools]
+        suggestion["kernels"] = [list(k) for k in topology.kernels or []]
     if gpu_memory_gb is not None:
+
+        def need(patch: list[int]) -> float:
+            return activation_bytes(
+                (patch[0], patch[1], patch[2]),
+                depth=depth,
+                filters=filters,
+                batch=batch,
+                channels=channels,
+                pools=topology.pools,
+            )
+
         budget = gpu_memory_gb * 2**30
-        side = divisor
-        limit = min(shape)
-        while (
-            side + divisor <= limit
-            and activation_bytes((side + divisor,) * 3, depth=depth, filters=filters, batch=batch, channels=channels)
-            <= budget
-        ):
-            side += divisor
-        fits = activation_bytes((side,) * 3, depth=depth, filters=filters, batch=batch, channels=channels) <= budget
+        patch = shrink_to_fit(shape, divisors, lambda p: need(p) <= budget)
         suggestion.update(
             {
                 "gpu_memory_gb": gpu_memory_gb,
-                "train_patch": [side] * 3 if fits else None,
-                "estimated_gb": round(
-                    activation_bytes((side,) * 3, depth=depth, filters=filters, batch=batch, channels=channels) / 2**30,
-                    3,
-                ),
+                "train_patch": patch if need(patch) <= budget else None,
+                "estimated_gb": round(need(patch) / 2**30, 3),
             }
         )
     return suggestion
@@ -233,7 +266,13 @@ def aggregate(
         "normalization": dict(zip(modalities, channel_schemes(modalities), strict=True)),
         "labels": label_rows,
         "suggestion": suggest(
-            median_shape, len(modalities), gpu_memory_gb=gpu_memory_gb, depth=depth, filters=filters, batch=batch
+            median_shape,
+            len(modalities),
+            spacing=[float(v) for v in median_spacing],
+            gpu_memory_gb=gpu_memory_gb,
+            depth=depth,
+            filters=filters,
+            batch=batch,
         ),
         "warnings": warnings,
     }
@@ -341,4 +380,4 @@ def overview_png(fp: dict[str, Any], path: Path) -> Path:
     return path
 
 
-__all__ = ["activation_bytes", "aggregate", "case_stats", "fingerprint", "overview_png", "suggest"]
+__all__ = ["activation_bytes", "aggregate", "case_stats", "fingerprint", "overview_png", "shrink_to_fit", "suggest"]

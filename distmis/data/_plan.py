@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from distmis.data._inspect import activation_bytes
+from distmis.data._inspect import activation_bytes, shrink_to_fit
 from distmis.labels import PRESETS
 from distmis.recipes import RECIPES, Recipe, Topology, level_widths
 
@@ -169,7 +169,6 @@ def _patch(
     """The whole volume if it fits the budget, else shrink the largest axis that can shrink, by its
     divisor at a time. Memory is counted at the planned batch: a dataset that trains on one case can
     afford twice the voxels of nnU-Net's batch of 2."""
-    patch, divisors = list(shape), topology.divisors()
 
     def fits(p: list[int]) -> bool:
         need = activation_bytes(
@@ -183,13 +182,7 @@ def _patch(
         )
         return need <= budget_gb * 2**30
 
-    while not fits(patch):
-        shrinkable = [axis for axis in range(3) if patch[axis] > divisors[axis]]
-        if not shrinkable:
-            break
-        axis = max(shrinkable, key=lambda a: patch[a])
-        patch[axis] -= divisors[axis]
-    return patch
+    return shrink_to_fit(shape, topology.divisors(), fits)
 
 
 def conv_work(patch: list[int], *, topology: Topology, filters: int, max_filters: int | None, channels: int) -> float:
