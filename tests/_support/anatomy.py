@@ -7,12 +7,15 @@ an optional left-right flip, resampled to ``voxel_mm`` and cropped to ``shape``,
 intensity bias field, a gamma change and noise. The label of a voxel is the most probable tissue
 of the maps at that point (0 background/CSF, 1 grey matter, 2 white matter), so the grey-matter
 ribbon is as thin as the resolution makes it: 1-2 voxels at 2 mm, the structure a 3D U-Net finds
-hardest.
+hardest. ``voxel_mm`` may differ per axis (thick slices, as in prostate MRI): the template is then
+first smoothed along the thick axis by the slice's profile (a Gaussian whose full width at half
+maximum is the slice's excess over the in-plane spacing), so a slice averages what it spans instead
+of sampling one plane.
 
 Used by the tests (``tests/training``) and by ``benchmarks/search_efficiency.py``; nilearn is a
 test-only dependency, so this stays out of the ``distmis`` package.
 
-    python tests/_support/anatomy.py OUT [--cases 20] [--shape 64] [--voxel-mm 2] [--seed 0]
+    python tests/_support/anatomy.py OUT [--cases 20] [--shape 64 | X,Y,Z] [--voxel-mm 2 | X,Y,Z] [--seed 0]
 """
 
 from __future__ import annotations
@@ -40,6 +43,20 @@ def _template() -> dict[str, np.ndarray]:
     return out
 
 
+def _slice_profile(
+    template: dict[str, np.ndarray], voxel_mm: float | tuple[float, float, float]
+) -> dict[str, np.ndarray]:
+    """The template smoothed along each axis by how much thicker than the finest that axis's voxels
+    are (the template's axes are the slices' within the cases' small rotations); unchanged when isotropic."""
+    from scipy.ndimage import gaussian_filter
+
+    voxel = np.broadcast_to(np.asarray(voxel_mm, dtype=float), (3,))
+    if voxel.max() == voxel.min():
+        return template
+    sigma = [(v - voxel.min()) / 2.355 for v in voxel]  # full width at half maximum -> sigma, in template mm
+    return {name: gaussian_filter(vol, sigma) for name, vol in template.items()}
+
+
 def _rotation(angles: np.ndarray) -> np.ndarray:
     ax, ay, az = angles
     rx = np.array([[1, 0, 0], [0, math.cos(ax), -math.sin(ax)], [0, math.sin(ax), math.cos(ax)]])
@@ -53,7 +70,7 @@ def make_case(
     rng: np.random.Generator,
     *,
     shape: tuple[int, int, int],
-    voxel_mm: float,
+    voxel_mm: float | tuple[float, float, float],
 ) -> tuple[np.ndarray, np.ndarray]:
     """One subject: T1 image (X, Y, Z) float32 and label (X, Y, Z) uint8 in 0..2."""
     from scipy.ndimage import affine_transform, gaussian_filter
@@ -64,10 +81,11 @@ def make_case(
     extent = brain.max(0) - brain.min(0)
     # output voxel -> template voxel (1 mm): rotate and scale about the brain's centre, then shift
     # the crop within the brain (a crop smaller than the brain sees a different part of it)
-    linear = _rotation(rng.uniform(-0.14, 0.14, 3)) * voxel_mm / rng.uniform(0.9, 1.1)
+    voxel = np.broadcast_to(np.asarray(voxel_mm, dtype=float), (3,))
+    linear = _rotation(rng.uniform(-0.14, 0.14, 3)) @ np.diag(voxel) / rng.uniform(0.9, 1.1)
     if rng.random() < 0.5:
         linear = linear @ np.diag([-1.0, 1.0, 1.0])  # left-right flip
-    room = np.maximum(extent - np.asarray(shape) * voxel_mm, 0) / 2.0
+    room = np.maximum(extent - np.asarray(shape) * voxel, 0) / 2.0
     shift = centre + rng.uniform(-1, 1, 3) * room * 0.8
     offset = shift - linear @ ((np.asarray(shape) - 1) / 2.0)
     warped = {
@@ -96,7 +114,7 @@ def write_mni152_task(
     *,
     cases: int = 20,
     shape: tuple[int, int, int] = (64, 64, 64),
-    voxel_mm: float = 2.0,
+    voxel_mm: float | tuple[float, float, float] = 2.0,
     seed: int = 0,
 ) -> Path:
     """Write an MSD-layout dataset (dataset.json, imagesTr, labelsTr) of ``cases`` subjects."""
@@ -105,9 +123,10 @@ def write_mni152_task(
     from distmis.files import atomic_directory, write_json_atomic
 
     out = Path(out)
-    template = _template()
+    template = _slice_profile(_template(), voxel_mm)
     rng = np.random.default_rng(seed)
-    affine = np.diag([voxel_mm, voxel_mm, voxel_mm, 1.0])
+    voxel = [float(v) for v in np.broadcast_to(np.asarray(voxel_mm, dtype=float), (3,))]
+    affine = np.diag([*voxel, 1.0])
     with atomic_directory(out, command="synth (mni152 test task)") as tmp:
         (tmp / "imagesTr").mkdir()
         (tmp / "labelsTr").mkdir()
@@ -123,7 +142,7 @@ def write_mni152_task(
             {
                 "name": "MNI152_TISSUES",
                 "description": f"grey/white matter of the ICBM 2009a MNI152 template, {cases} warped subjects "
-                f"at {voxel_mm:g} mm (seed {seed})",
+                f"at {' x '.join(f'{v:g}' for v in voxel)} mm (seed {seed})",
                 "reference": "nilearn's MNI152 template and tissue probability maps",
                 "tensorImageSize": "3D",
                 "modality": {"0": "T1w"},
@@ -141,11 +160,17 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("out")
     p.add_argument("--cases", type=int, default=20)
-    p.add_argument("--shape", type=int, default=64)
-    p.add_argument("--voxel-mm", type=float, default=2.0)
+    p.add_argument("--shape", default="64", help="one side, or X,Y,Z voxels")
+    p.add_argument("--voxel-mm", default="2", help="one spacing, or X,Y,Z mm (thick slices: e.g. 1.5,1.5,7.5)")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
-    print(write_mni152_task(a.out, cases=a.cases, shape=(a.shape,) * 3, voxel_mm=a.voxel_mm, seed=a.seed))
+    sides = [int(v) for v in a.shape.split(",")]
+    spacing = [float(v) for v in a.voxel_mm.split(",")]
+    if len(sides) not in (1, 3) or len(spacing) not in (1, 3):
+        p.error("--shape and --voxel-mm take one value or three (X,Y,Z)")
+    shape = (sides * 3)[:3] if len(sides) == 1 else sides
+    voxel = (spacing * 3)[:3] if len(spacing) == 1 else spacing
+    print(write_mni152_task(a.out, cases=a.cases, shape=tuple(shape), voxel_mm=tuple(voxel), seed=a.seed))  # type: ignore[arg-type]
 
 
 if __name__ == "__main__":
