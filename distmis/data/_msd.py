@@ -232,7 +232,7 @@ def geometry_difference(image_affine: np.ndarray, label_affine: np.ndarray) -> s
     si, oi, di = _geometry(image_affine)
     sl, ol, dl = _geometry(label_affine)
     if not np.allclose(si, sl, rtol=SPACING_RTOL, atol=0):
-        return f"spacing {tuple(np.round(si, 4))} mm vs {tuple(np.round(sl, 4))} mm"
+        return f"spacing {np.round(si, 4).tolist()} mm vs {np.round(sl, 4).tolist()} mm"
     if not np.allclose(di, dl, atol=DIRECTION_ATOL):
         flipped = [ax for ax in range(3) if np.allclose(di[:, ax], -dl[:, ax], atol=DIRECTION_ATOL)]
         if flipped:
@@ -240,7 +240,7 @@ def geometry_difference(image_affine: np.ndarray, label_affine: np.ndarray) -> s
             return f"axis direction: the label's {names} axis is flipped"
         return f"axis direction: {np.round(di, 3).tolist()} vs {np.round(dl, 3).tolist()}"
     if not np.allclose(oi, ol, atol=ORIGIN_ATOL_MM):
-        return f"origin {tuple(np.round(oi, 3))} mm vs {tuple(np.round(ol, 3))} mm"
+        return f"origin {np.round(oi, 3).tolist()} mm vs {np.round(ol, 3).tolist()} mm"
     return None
 
 
@@ -357,6 +357,26 @@ def check_declared_bytes(path: Path, img: Any) -> None:
         )
 
 
+def check_affine(path: Path, affine: np.ndarray) -> None:
+    """Refuse a voxel-to-world map with no 3D geometry: a non-finite entry, a voxel axis of no length
+    (a zero column in the sform), or axes that lie in one plane. Spacing, orientation and the
+    image-label comparison are all read from it, and a degenerate one has no answer for them.
+
+    Raises:
+        DataError: naming the file, its spacing and what to fix.
+    """
+    linear = np.asarray(affine, dtype=float)[:3, :3]
+    if not np.all(np.isfinite(np.asarray(affine, dtype=float))):
+        raise DataError(f"{path}: its affine (the header's sform or qform) has NaN/Inf entries; fix the header")
+    spacing = np.linalg.norm(linear, axis=0)
+    if np.any(spacing <= 0) or abs(float(np.linalg.det(linear))) <= 1e-6 * float(np.prod(spacing)):
+        raise DataError(
+            f"{path}: its affine (the header's sform or qform) gives voxel axes of length "
+            f"{np.round(spacing, 6).tolist()} mm that do not span 3D space (a zero column, or axes in one plane), "
+            "so the image has no spacing or orientation; fix the header (its pixdim and sform/qform)"
+        )
+
+
 def load_nifti_header(path: Path) -> tuple[np.ndarray, tuple[int, ...]]:
     """(affine, shape) of a NIfTI file from its header alone.
 
@@ -372,6 +392,7 @@ def load_nifti_header(path: Path) -> tuple[np.ndarray, tuple[int, ...]]:
     shape = tuple(int(s) for s in img.shape)
     check_declared_size(path, shape)
     check_declared_bytes(path, img)
+    check_affine(path, img.affine)
     return np.asarray(img.affine), shape
 
 
@@ -391,6 +412,7 @@ def load_nifti(path: Path, *, dtype: type = np.float32) -> tuple[np.ndarray, np.
         raise _unreadable(path, exc) from None
     check_declared_size(path, img.shape, max(4, np.dtype(dtype).itemsize))
     check_declared_bytes(path, img)
+    check_affine(path, img.affine)
     try:
         raw = np.asanyarray(img.dataobj)
     except Exception as exc:  # noqa: BLE001 - a truncated or damaged file fails only here

@@ -489,6 +489,34 @@ def global_batch_larger_than_training_split(ws: Workspace):
 
 
 # --------------------------------------------------------------------------- 4. malformed files and options
+def _sform_only(path: Path, sform: np.ndarray) -> None:
+    """Rewrite ``path`` with ``sform`` as its only affine (nibabel writes no singular qform)."""
+    img = nib.load(path)
+    header = img.header.copy()
+    header.set_qform(None, code=0)
+    header.set_sform(sform, code=1)
+    nib.save(nib.Nifti1Image(np.asarray(img.dataobj), None, header), path)
+
+
+@case("traceback")
+def image_with_a_voxel_axis_of_no_length(ws: Workspace):
+    # image and label agree, so no alignment check stands in for the affine's own
+    raw = ws.raw("data")
+    for part in ("imagesTr", "labelsTr"):
+        _sform_only(raw / part / "CASE_001.nii.gz", np.diag([1.0, 1.0, 0.0, 1.0]))
+    return ["inspect", "data", "--out", "fingerprint"], "imagesTr/CASE_001.nii.gz"
+
+
+@case("traceback")
+def case_with_voxel_axes_in_one_plane(ws: Workspace):
+    raw = ws.raw("data")
+    flat = np.eye(4)
+    flat[:3, 2] = [1.0, 1.0, 0.0]  # the third voxel axis lies in the plane of the first two
+    for part in ("imagesTr", "labelsTr"):
+        _sform_only(raw / part / "CASE_002.nii.gz", flat)
+    return ["prepare", "data", "out"], "imagesTr/CASE_002.nii.gz"
+
+
 @case("traceback")
 def dataset_json_training_is_a_number(ws: Workspace):
     raw = ws.raw("data")
