@@ -449,6 +449,11 @@ class SearchTracker:
             trial["last_step"] = step
         self._submit({"op": "metrics", "run": trial_id, "step": step, "metrics": metrics, "timestamp": timestamp})
 
+    def last_logged_epoch(self, trial_id: str) -> int | None:
+        """The last epoch logged (or queued) to a trial's run; ``None`` for a trial without a run."""
+        trial = self.state["trials"].get(trial_id)
+        return None if trial is None else int(trial["last_step"])
+
     def trial_tags(self, trial_id: str, tags: dict[str, str]) -> None:
         if trial_id in self.state["trials"]:
             self._submit({"op": "tags", "run": trial_id, "tags": tags})

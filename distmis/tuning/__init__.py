@@ -10,7 +10,7 @@ from distmis.tuning._phases import (
     tune_environment,
 )
 from distmis.tuning._progress import LiveProgress
-from distmis.tuning._results import trial_rows
+from distmis.tuning._results import summarise, trial_rows, unreported_epochs
 from distmis.tuning._resume import (
     check_resume_config,
     check_resumed_choices,
@@ -21,7 +21,7 @@ from distmis.tuning._resume import (
 from distmis.tuning._search import plan_concurrency, run_search
 from distmis.tuning._searcher import OptunaSearcher, build_sampler
 from distmis.tuning._storage import WholeFileLocalHandler, remove_partials, tune_storage
-from distmis.tuning._tracking import fail_search_tracking
+from distmis.tuning._tracking import fail_search_tracking, finish_search_tracking
 from distmis.tuning._trial import TrialContext, trainable_for
 from distmis.tuning._tuner import (
     build_tuner,
@@ -49,6 +49,7 @@ __all__ = [
     "scheduler",
     "searcher",
     "fail_search_tracking",
+    "finish_search_tracking",
     "fit_quietly",
     "start_ray_and_tracking",
     "trial_context",
@@ -56,6 +57,8 @@ __all__ = [
     "tune_storage",
     "WholeFileLocalHandler",
     "trial_rows",
+    "summarise",
+    "unreported_epochs",
     "tune_environment",
     "unfinished_trials",
     "LiveProgress",

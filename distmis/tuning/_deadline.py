@@ -24,9 +24,11 @@ from distmis.schema import RunFile
 
 #: how often the spent seconds are written while the search runs (a kill loses at most this)
 WRITE_EVERY_SECONDS = 5.0
-#: an epoch must end this long before the deadline for a trial to keep it: its report then reaches
-#: Tune before Tune stops the search (checked every 0.1 s), so the trial's best/ and checkpoint
-#: never hold an epoch that results.csv, summary.json and MLflow do not know
+#: an epoch must end this long before the deadline for a trial to keep it, so that its report
+#: normally reaches Tune before Tune stops the search (checked every 0.1 s). A slower report (a
+#: loaded machine) is dropped by Tune; the search's records then take that epoch from the trial's
+#: own metrics.csv (:func:`distmis.tuning._results.unreported_epochs`), so they still name the
+#: weights in its best/ whatever the delay: the margin saves work, correctness does not rest on it
 REPORT_MARGIN_SECONDS = 2.0
 
 
@@ -115,7 +117,7 @@ def epochs_kept_until(out: Path, budget_seconds: float | None, started: float) -
     It is this run's share of the budget, counted from ``started`` after what earlier runs spent
     (as :class:`SearchDeadline` counts it), less :data:`REPORT_MARGIN_SECONDS`. Why the trials need
     it: Tune stops a trial only once its epoch in progress has ended, and drops that epoch's
-    report; a trial that wrote the epoch's weights anyway would leave a best model no record names.
+    report; an epoch that ends after the deadline was trained on time the search did not have.
     """
     if budget_seconds is None:
         return None

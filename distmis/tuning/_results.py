@@ -19,6 +19,7 @@ from distmis.metrics import (
     REPORTED_AT,
     STARTED_AT,
     WARM,
+    divergence,
     is_class_metric,
     is_divergence,
     result_metrics,
@@ -41,16 +42,69 @@ def max_overlap(intervals: list[tuple[float, float]]) -> int:
     return best
 
 
-def trial_rows(grid: ResultGrid, config: ExperimentConfig) -> list[TrialRow]:
-    """One row per trial of a finished Tune run: parameters, final and best metrics, timing."""
+def unreported_epochs(trial_dir: Path, reported: int) -> list[dict[str, float]]:
+    """The epochs after ``reported`` that the trial wrote to its ``metrics.csv``: none, unless Tune
+    dropped their reports.
+
+    Why it can happen: a search's deadline stops a trial only once its epoch in progress has ended,
+    and Tune drops that epoch's report. Trials keep no epoch that ends within
+    :data:`~distmis.tuning._deadline.REPORT_MARGIN_SECONDS` of the deadline, but on a loaded machine
+    a report can take longer than that to reach Tune. The trial's own record, written before its
+    best/ and checkpoint, is then what those files hold, and the search's records are completed from it.
+    """
+    path = trial_dir / RunFile.METRICS
+    if not path.is_file() or path.is_symlink():
+        return []
+    late: list[dict[str, float]] = []
+    with open(path, newline="") as fh:
+        for row in csv.DictReader(fh):
+            try:
+                values = {k: float(v) for k, v in row.items() if k is not None and v not in (None, "")}
+            except ValueError:
+                break  # not a row the trial wrote whole: nothing after it is trusted either
+            if values.get("epoch", 0.0) > reported:
+                late.append(values)
+    return late
+
+
+def trial_rows(grid: ResultGrid, config: ExperimentConfig, out: Path | None = None) -> list[TrialRow]:
+    """One row per trial of a finished Tune run: parameters, final and best metrics, timing.
+
+    With ``out`` (the search directory), epochs a trial wrote but Tune never heard of
+    (:func:`unreported_epochs`) count as reported: the rows then name the weights in each trial's best/.
+    """
+    import pandas as pd
+
     metric, mode = config.search.metric, config.search.mode
     rows = []
     for result in grid:
         df = result.metrics_dataframe
-        metrics = result.metrics or {}
+        metrics = dict(result.metrics or {})
         trial_id = metrics.get("trial_id") or (result.path and Path(result.path).name) or "?"
         params = sampled_params(result.config or {})
         epochs = int(metrics.get("epoch", 0) or 0)
+        late = unreported_epochs(out / RunFile.TRIALS_DIR / str(trial_id), epochs) if out is not None else []
+        if late:
+            print(
+                f"distmis: trial {trial_id}: epoch(s) {', '.join(str(int(r['epoch'])) for r in late)} written by the "
+                "trial but never reported to Tune (the report came after the search's deadline); counted from "
+                "its metrics.csv",
+                flush=True,
+            )
+            for row in late:  # what the trial itself would have reported, a diverged epoch included
+                metrics.update(row)
+                reason = divergence(row, metric)
+                if reason is not None:
+                    metrics[FAILURE] = reason
+                    break
+            # a diverged epoch's weights are never a best/ (the trial does not write them): not a candidate
+            candidates = [r if not divergence(r, metric) else {**r, metric: math.nan} for r in late]
+            df = (
+                pd.concat([df, pd.DataFrame(candidates)], ignore_index=True)
+                if df is not None
+                else pd.DataFrame(candidates)
+            )
+            epochs = int(metrics["epoch"])
         best: dict[str, float] = {}
         started = finished = None
         timing: dict[str, Any] = {}
@@ -62,6 +116,8 @@ def trial_rows(grid: ResultGrid, config: ExperimentConfig) -> list[TrialRow]:
                 best = {k: float(df.loc[idx, k]) for k in ("epoch", *reported) if k in df}
             started = float(df[STARTED_AT].min()) if STARTED_AT in df else None
             finished = float(df[REPORTED_AT].max()) if REPORTED_AT in df else None
+            if late and finished is not None:
+                finished = max(finished, late[-1].get("finished_at", finished))
             timing = _first_epoch_timing(df)
         failure = metrics.get(FAILURE)
         status = "ERROR" if result.error or failure else "TERMINATED"
@@ -170,7 +226,7 @@ def summarise(
     started_at: float | None = None,
 ) -> SearchSummary:
     """Write results.csv, best.yaml, best/ and summary.json for a finished search."""
-    rows = trial_rows(grid, config)
+    rows = trial_rows(grid, config, out)
     metric, mode = config.search.metric, config.search.mode
     # the standard metrics, then every per-class and per-region one any trial reported
     columns = result_metrics(config.search.metric)

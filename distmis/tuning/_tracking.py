@@ -10,11 +10,14 @@ from __future__ import annotations
 import csv
 import json
 import os
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from distmis.metrics import TRACKED, is_class_metric
 from distmis.schema import RunFile, Tag
 from distmis.tracking import SearchTracker
+from distmis.tuning._results import unreported_epochs
 
 if TYPE_CHECKING:
     from distmis.config import ExperimentConfig
@@ -84,7 +87,9 @@ def finish_search_tracking(tracker: SearchTracker, config: ExperimentConfig, out
 
     tracker = SearchTracker(tracker.uri, tracker.experiment, out)  # fresh: the callback's state is on disk
     with open(out / RunFile.RESULTS) as fh:
-        tracker.abandon_unknown({row["trial_id"] for row in csv.DictReader(fh)})
+        rows = list(csv.DictReader(fh))
+    tracker.abandon_unknown({row["trial_id"] for row in rows})
+    _log_unreported_epochs(tracker, out, rows)
     files = [out / RunFile.RESULTS, out / RunFile.BEST, out / RunFile.SUMMARY]
     done = tracker.finish(
         metrics={
@@ -109,6 +114,30 @@ def finish_search_tracking(tracker: SearchTracker, config: ExperimentConfig, out
     )
     if not done:
         _warn_queued(out)
+
+
+def _log_unreported_epochs(tracker: SearchTracker, out: Path, rows: list[dict[str, str]]) -> None:
+    """Log the epochs results.csv counts but Tune never reported (:func:`unreported_epochs`) to their
+    trials' runs, with the tags that count them, so that MLflow agrees with results.csv."""
+    for row in rows:
+        logged = tracker.last_logged_epoch(row["trial_id"])
+        if logged is None:
+            continue
+        late = unreported_epochs(out / RunFile.TRIALS_DIR / row["trial_id"], logged)
+        for epoch in late:
+            metrics = {k: v for k, v in epoch.items() if k in TRACKED or is_class_metric(k)}
+            tracker.trial_result(row["trial_id"], int(epoch["epoch"]), metrics, epoch.get("finished_at", time.time()))
+        if late:
+            tags = {
+                Tag.EPOCHS: row["epochs"],
+                Tag.STOPPED_EARLY: row["stopped_early"].lower(),
+                Tag.STATUS: row["status"],
+            }
+            if row.get("finished_at"):
+                tags[Tag.FINISHED_AT] = repr(float(row["finished_at"]))
+            if row.get("error"):
+                tags[Tag.ERROR] = row["error"][:500]
+            tracker.trial_tags(row["trial_id"], tags)
 
 
 def fail_search_tracking(tracker: SearchTracker, config: ExperimentConfig, reason: str) -> None:

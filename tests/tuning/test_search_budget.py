@@ -88,6 +88,70 @@ def test_an_epoch_that_ends_too_late_is_not_kept(prepared16: Path, tmp_path: Pat
     assert len((run / RunFile.METRICS).read_text().splitlines()) == 2  # the header and epoch 1
 
 
+def test_an_epoch_whose_report_tune_dropped_is_counted_from_the_trials_own_record(
+    prepared16: Path, tmp_path: Path
+) -> None:
+    """A report slower than the deadline's margin (a loaded machine) is dropped by Tune although the
+    trial wrote the epoch's weights: the search's records take that epoch from the trial's metrics.csv,
+    so results.csv, summary.json and best/ still name the same weights.
+
+    The trial is a real training run; Tune's view of it is a real ``Result`` that holds its first epoch
+    only, as Tune's does when the second epoch's report arrives after the deadline."""
+    import pandas as pd
+    from ray.tune import Result
+
+    from distmis.config import ExperimentConfig
+    from distmis.metrics import REPORTED_AT, STARTED_AT
+    from distmis.schema import Tag
+    from distmis.tracking import SearchTracker
+    from distmis.training import RunSession
+    from distmis.tuning import finish_search_tracking, summarise, trial_rows
+
+    config = ExperimentConfig.model_validate(
+        {
+            "data": {"source": str(prepared16)},
+            "train": {"epochs": 5, "steps_per_epoch": 2, "batch_size_per_replica": 2},
+            "model": {"depth": 2, "filters": 4},
+        }
+    )
+    out = tmp_path / "search"
+    trial = out / RunFile.TRIALS_DIR / "t_0001"
+    session = RunSession(config, prepared16, trial)
+    started = time.time()
+    heard = {**session.step().as_dict(), STARTED_AT: started, REPORTED_AT: time.time(), "trial_id": "t_0001"}
+    session.step()  # written by the trial; its report never reaches Tune
+    grid = [
+        Result(metrics=heard, checkpoint=None, error=None, path=str(trial), metrics_dataframe=pd.DataFrame([heard]))
+    ]
+
+    # MLflow heard what Tune heard: the first epoch
+    tracker = SearchTracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "dropped", out)
+    tracker.start(params={}, tags={}, artifacts=[])
+    tracker.trial_started("t_0001", "t_0001", {}, {})
+    tracker.trial_result("t_0001", 1, {k: heard[k] for k in ("val_dice", "loss")}, heard[REPORTED_AT])
+
+    assert trial_rows(grid, config)[0].epochs == 1  # Tune's view alone: the second epoch is unknown
+    summary_record = summarise(config, grid, out, wall_seconds=1.0, prepared=prepared16)  # type: ignore[arg-type]
+    finish_search_tracking(tracker, config, out, summary_record)
+    with open(out / RunFile.RESULTS) as fh:
+        (row,) = list(csv.DictReader(fh))
+    kept = json.loads((trial / "best" / "metrics.json").read_text())
+    summary = json.loads((out / RunFile.SUMMARY).read_text())
+    assert row["epochs"] == "2" and row["stopped_early"] == "True", row
+    assert int(row["best_epoch"]) == kept["epoch"] and float(row["best_val_dice"]) == pytest.approx(kept["val_dice"])
+    assert summary["best_value"] == pytest.approx(kept["val_dice"])
+    assert json.loads((out / "best" / "metrics.json").read_text()) == kept
+    with open(trial / RunFile.METRICS) as fh:
+        last = list(csv.DictReader(fh))[-1]
+    assert float(row["final_val_dice"]) == pytest.approx(float(last["val_dice"]))
+    client = tracker.client
+    (run,) = client.search_runs(
+        [client.get_experiment_by_name("dropped").experiment_id], f"tags.`{Tag.TRIAL_ID}` = 't_0001'"
+    )
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "val_dice")] == [1, 2]
+    assert run.data.tags[Tag.EPOCHS] == "2" and run.data.metrics["val_dice"] == pytest.approx(float(last["val_dice"]))
+
+
 @pytest.mark.slow
 def test_a_deadline_that_cuts_through_the_trials_leaves_records_that_name_the_kept_weights(
     prepared16: Path, tmp_path: Path
