@@ -10,7 +10,8 @@ from distmis.tuning._phases import (
     tune_environment,
 )
 from distmis.tuning._progress import LiveProgress
-from distmis.tuning._results import summarise, trial_rows, unreported_epochs
+from distmis.tuning._results import summarise as summarise_search
+from distmis.tuning._results import trial_rows, unreported_epochs
 from distmis.tuning._resume import (
     check_resume_config,
     check_resumed_choices,
@@ -57,7 +58,7 @@ __all__ = [
     "tune_storage",
     "WholeFileLocalHandler",
     "trial_rows",
-    "summarise",
+    "summarise_search",
     "unreported_epochs",
     "tune_environment",
     "unfinished_trials",

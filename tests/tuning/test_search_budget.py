@@ -105,7 +105,7 @@ def test_an_epoch_whose_report_tune_dropped_is_counted_from_the_trials_own_recor
     from distmis.schema import Tag
     from distmis.tracking import SearchTracker
     from distmis.training import RunSession
-    from distmis.tuning import finish_search_tracking, summarise, trial_rows
+    from distmis.tuning import finish_search_tracking, summarise_search, trial_rows
 
     config = ExperimentConfig.model_validate(
         {
@@ -131,7 +131,7 @@ def test_an_epoch_whose_report_tune_dropped_is_counted_from_the_trials_own_recor
     tracker.trial_result("t_0001", 1, {k: heard[k] for k in ("val_dice", "loss")}, heard[REPORTED_AT])
 
     assert trial_rows(grid, config)[0].epochs == 1  # Tune's view alone: the second epoch is unknown
-    summary_record = summarise(config, grid, out, wall_seconds=1.0, prepared=prepared16)  # type: ignore[arg-type]
+    summary_record = summarise_search(config, grid, out, wall_seconds=1.0, prepared=prepared16)  # type: ignore[arg-type]
     finish_search_tracking(tracker, config, out, summary_record)
     with open(out / RunFile.RESULTS) as fh:
         (row,) = list(csv.DictReader(fh))
