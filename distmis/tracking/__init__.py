@@ -1,6 +1,6 @@
 """Tracking: MLflow parent/child runs of a search, plots of its results."""
 
-from distmis.tracking._callback import MlflowTrialCallback, PlottingPreload
+from distmis.tracking._callback import MlflowTrialCallback, PlottingPreload, tracked_metrics
 from distmis.tracking._mlflow import BACKOFF_MAX, START_SECONDS, RunWriter, SearchTracker
 from distmis.tracking._plots import search_plots
 from distmis.tracking._state import TrackingState, read_tracking_state
@@ -18,6 +18,7 @@ __all__ = [
     "PlottingPreload",
     "RunWriter",
     "MlflowTrialCallback",
+    "tracked_metrics",
     "START_SECONDS",
     "SearchTracker",
     "TrackingState",

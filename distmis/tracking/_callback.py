@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,14 @@ from distmis.schema import RunFile, Tag
 from distmis.space import sampled_params
 from distmis.tracking._mlflow import SearchTracker, flatten
 from distmis.tracking._plots import import_plotting
+
+
+def tracked_metrics(epoch: Mapping[str, Any]) -> dict[str, float]:
+    """What a trial's MLflow run logs of one epoch (a Tune result or a ``metrics.csv`` row): the
+    tracked numbers and every per-class / per-region metric."""
+    metrics = {k: epoch[k] for k in TRACKED if k in epoch}
+    metrics.update({k: v for k, v in epoch.items() if is_class_metric(k) and isinstance(v, (int, float))})
+    return metrics
 
 
 class MlflowTrialCallback(Callback):
@@ -91,12 +99,8 @@ class MlflowTrialCallback(Callback):
                     Tag.SLOT: str(result.get(PID, "")),
                 },
             )
-        metrics = {k: result[k] for k in TRACKED if k in result}
-        metrics.update(
-            {k: v for k, v in result.items() if is_class_metric(k) and isinstance(v, (int, float))}
-        )  # per class / region
         self.tracker.trial_result(
-            trial.trial_id, int(result["epoch"]), metrics, float(result.get(REPORTED_AT, time.time()))
+            trial.trial_id, int(result["epoch"]), tracked_metrics(result), float(result.get(REPORTED_AT, time.time()))
         )
 
     def _finish(self, trial: Any, status: str) -> None:

@@ -91,14 +91,16 @@ def trial_rows(grid: ResultGrid, config: ExperimentConfig, out: Path | None = No
                 "its metrics.csv",
                 flush=True,
             )
-            for row in late:  # what the trial itself would have reported, a diverged epoch included
+            reasons = [divergence(row, metric) for row in late]
+            for row, reason in zip(late, reasons, strict=True):  # what the trial would have reported
                 metrics.update(row)
-                reason = divergence(row, metric)
                 if reason is not None:
                     metrics[FAILURE] = reason
                     break
             # a diverged epoch's weights are never a best/ (the trial does not write them): not a candidate
-            candidates = [r if not divergence(r, metric) else {**r, metric: math.nan} for r in late]
+            candidates = [
+                r if reason is None else {**r, metric: math.nan} for r, reason in zip(late, reasons, strict=True)
+            ]
             df = (
                 pd.concat([df, pd.DataFrame(candidates)], ignore_index=True)
                 if df is not None

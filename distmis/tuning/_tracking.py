@@ -14,9 +14,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from distmis.metrics import TRACKED, is_class_metric
 from distmis.schema import RunFile, Tag
-from distmis.tracking import SearchTracker
+from distmis.tracking import SearchTracker, tracked_metrics
 from distmis.tuning._results import unreported_epochs
 
 if TYPE_CHECKING:
@@ -125,8 +124,9 @@ def _log_unreported_epochs(tracker: SearchTracker, out: Path, rows: list[dict[st
             continue
         late = unreported_epochs(out / RunFile.TRIALS_DIR / row["trial_id"], logged)
         for epoch in late:
-            metrics = {k: v for k, v in epoch.items() if k in TRACKED or is_class_metric(k)}
-            tracker.trial_result(row["trial_id"], int(epoch["epoch"]), metrics, epoch.get("finished_at", time.time()))
+            tracker.trial_result(
+                row["trial_id"], int(epoch["epoch"]), tracked_metrics(epoch), epoch.get("finished_at", time.time())
+            )
         if late:
             tags = {
                 Tag.EPOCHS: row["epochs"],
