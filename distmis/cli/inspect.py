@@ -13,6 +13,8 @@ from distmis.cli._common import positive_float, positive_int
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from distmis.recipes import DEFAULT_RECIPE, RECIPES
+
     p.add_argument("src", help="MSD dataset directory (holding dataset.json)")
     p.add_argument("--out", default=None, help="output directory (default runs/inspect-<dataset directory name>)")
     p.add_argument("--overwrite", action="store_true", help="replace an earlier fingerprint directory")
@@ -22,9 +24,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="accelerator memory in GiB: also suggest the largest training patch that fits",
     )
-    p.add_argument("--depth", type=positive_int, default=3, help="U-Net depth the suggestion assumes (default 3)")
-    p.add_argument("--filters", type=positive_int, default=8, help="U-Net base filters the suggestion assumes")
+    p.add_argument(
+        "--depth",
+        type=positive_int,
+        default=None,
+        help="U-Net levels the suggestion assumes (default: the recipe's levels for the median shape, as init plans)",
+    )
+    p.add_argument(
+        "--filters",
+        type=positive_int,
+        default=None,
+        help="U-Net base filters the suggestion assumes (default: the recipe's)",
+    )
     p.add_argument("--batch", type=positive_int, default=2, help="batch per replica the suggestion assumes")
+    p.add_argument(
+        "--recipe",
+        choices=sorted(RECIPES),
+        default=DEFAULT_RECIPE,
+        help=f"the recipe `distmis init --recipe` would plan with (default {DEFAULT_RECIPE}): its pooling rule "
+        "and widths",
+    )
     p.add_argument("--processes", type=positive_int, default=None, help="parallel processes (default: all cores)")
 
 
@@ -44,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
             depth=args.depth,
             filters=args.filters,
             batch=args.batch,
+            recipe=args.recipe,
             workers=args.processes,
             progress=update,
         )
@@ -70,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
             f"{row['cases_with_label']}/{fp['cases']} cases"
         )
     print(
-        f"  suggested: prepare.shape {s['prepare_shape']}"
+        f"  suggested ({s['recipe']} recipe, depth {s['depth']}, {s['filters']} filters): "
+        f"prepare.shape {s['prepare_shape']}"
         + (
             f", train.patch {s['train_patch']} (~{s['estimated_gb']} GiB at batch {s['batch_size_per_replica']})"
             if s.get("gpu_memory_gb")

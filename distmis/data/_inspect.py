@@ -23,7 +23,15 @@ from typing import Any
 import numpy as np
 
 from distmis.data._normalize import channel_schemes
-from distmis.recipes import ANISOTROPIC_SPACING, RECIPES, Topology, anisotropic_topology, level_scales, level_widths
+from distmis.recipes import (
+    ANISOTROPIC_SPACING,
+    DEFAULT_RECIPE,
+    RECIPES,
+    Topology,
+    anisotropic_topology,
+    level_scales,
+    level_widths,
+)
 
 #: foreground voxels sampled per case and modality for the intensity percentiles (nnU-Net: 10 000)
 SAMPLES_PER_CASE = 10_000
@@ -125,25 +133,32 @@ def suggest(
     *,
     spacing: list[float] | None,
     gpu_memory_gb: float | None,
-    depth: int,
-    filters: int,
+    depth: int | None,
+    filters: int | None,
     batch: int,
+    recipe: str = DEFAULT_RECIPE,
 ) -> dict[str, Any]:
     """A prepared shape (the median shape, rounded up to what the U-Net's levels can halve) and a
-    patch (the median shape shrunk until it fits the memory budget), by the rules ``distmis init``
-    plans with: where the spacing is anisotropic, nnU-Net's pooling and kernels per axis at ``depth``
-    levels, so thick slices are not halved (a cube patch would be cut to the few slices' count)."""
-    if spacing is None or max(spacing) < ANISOTROPIC_SPACING * min(spacing):
+    patch (the median shape shrunk until it fits the memory budget), by the rules ``distmis init
+    --recipe`` plans with: the recipe's levels for the median shape (or ``depth`` levels where given)
+    and, where the spacing is anisotropic, nnU-Net's pooling and kernels per axis, so thick slices are
+    not halved (a cube patch would be cut to the few slices' count). The memory estimate counts the
+    recipe's base width (or ``filters``) and its width cap."""
+    plan = RECIPES[recipe]
+    filters = filters or int(plan.model["filters"])
+    max_filters = plan.model.get("max_filters")
+    if depth is None:
+        topology = plan.topology(median_shape, spacing)
+    elif spacing is None or max(spacing) < ANISOTROPIC_SPACING * min(spacing):
         topology = Topology(depth=depth)
     else:
-        topology = anisotropic_topology(
-            median_shape, spacing, deepest_map=RECIPES["distmis"].deepest_map, depth_range=(depth, depth)
-        )
+        topology = anisotropic_topology(median_shape, spacing, deepest_map=plan.deepest_map, depth_range=(depth, depth))
     divisors = topology.divisors()
     shape = [int(math.ceil(s / d) * d) for s, d in zip(median_shape, divisors, strict=True)]
     suggestion: dict[str, Any] = {
         "prepare_shape": shape,
-        "depth": depth,
+        "recipe": recipe,
+        "depth": topology.depth,
         "filters": filters,
         "batch_size_per_replica": batch,
         "rule": (
@@ -151,7 +166,7 @@ def suggest(
             "pooling (2^(depth-1), or fewer halvings along a thick-slice axis: nnU-Net's pools); train.patch: "
             "that shape, its longest axis shrunk by that multiple until the estimated training memory fits "
             "the budget, estimated as 1.5 x batch x 4 bytes x (12 feature maps per U-Net level, filters x "
-            "2^level wide, at that level's share of the voxels, + the input channels)"
+            "2^level wide (to the recipe's cap), at that level's share of the voxels, + the input channels)"
         ),
     }
     if topology.pools is not None:
@@ -162,11 +177,12 @@ def suggest(
         def need(patch: list[int]) -> float:
             return activation_bytes(
                 (patch[0], patch[1], patch[2]),
-                depth=depth,
+                depth=topology.depth,
                 filters=filters,
                 batch=batch,
                 channels=channels,
                 pools=topology.pools,
+                max_filters=max_filters,
             )
 
         budget = gpu_memory_gb * 2**30
@@ -212,9 +228,10 @@ def aggregate(
     modalities: list[str] | tuple[str, ...],
     name: str,
     gpu_memory_gb: float | None = None,
-    depth: int = 3,
-    filters: int = 8,
+    depth: int | None = None,
+    filters: int | None = None,
     batch: int = 2,
+    recipe: str = DEFAULT_RECIPE,
 ) -> dict[str, Any]:
     """The fingerprint of a dataset from its cases' :func:`case_stats`."""
     spacings = np.array([s["spacing"] for s in stats])
@@ -273,6 +290,7 @@ def aggregate(
             depth=depth,
             filters=filters,
             batch=batch,
+            recipe=recipe,
         ),
         "warnings": warnings,
     }
@@ -290,9 +308,10 @@ def fingerprint(
     src: str | Path,
     *,
     gpu_memory_gb: float | None = None,
-    depth: int = 3,
-    filters: int = 8,
+    depth: int | None = None,
+    filters: int | None = None,
     batch: int = 2,
+    recipe: str = DEFAULT_RECIPE,
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
@@ -333,6 +352,7 @@ def fingerprint(
         depth=depth,
         filters=filters,
         batch=batch,
+        recipe=recipe,
     )
 
 

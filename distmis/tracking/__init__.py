@@ -1,6 +1,6 @@
 """Tracking: MLflow parent/child runs of a search, plots of its results."""
 
-from distmis.tracking._callback import MlflowTrialCallback, PlottingPreload, tracked_metrics
+from distmis.tracking._callback import MlflowTrialCallback, PlottingPreload, tracked_metrics, trial_end_tags
 from distmis.tracking._mlflow import BACKOFF_MAX, START_SECONDS, RunWriter, SearchTracker
 from distmis.tracking._plots import search_plots
 from distmis.tracking._state import TrackingState, read_tracking_state
@@ -19,6 +19,7 @@ __all__ = [
     "RunWriter",
     "MlflowTrialCallback",
     "tracked_metrics",
+    "trial_end_tags",
     "START_SECONDS",
     "SearchTracker",
     "TrackingState",

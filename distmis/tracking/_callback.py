@@ -38,6 +38,31 @@ def tracked_metrics(epoch: Mapping[str, Any]) -> dict[str, float]:
     return metrics
 
 
+def trial_end_tags(
+    *,
+    failed: bool,
+    epochs: int,
+    planned_epochs: int,
+    error: str | None = None,
+    started_at: float | None = None,
+    finished_at: float | None = None,
+) -> dict[str, str]:
+    """The tags that close a trial's MLflow run, in one place so that the Tune callback and the
+    catch-up of epochs Tune never reported write the same record as results.csv."""
+    tags = {
+        Tag.STATUS: "ERROR" if failed else "TERMINATED",
+        Tag.EPOCHS: str(epochs),
+        Tag.STOPPED_EARLY: str(not failed and epochs < planned_epochs).lower(),
+    }
+    if error:
+        tags[Tag.ERROR] = error[:500]
+    # measured trial interval (Unix seconds): timelines and time-to-target from MLflow alone
+    for value, tag in ((started_at, Tag.STARTED_AT), (finished_at, Tag.FINISHED_AT)):
+        if value:
+            tags[tag] = repr(float(value))
+    return tags
+
+
 class MlflowTrialCallback(Callback):
     def __init__(
         self,
@@ -104,21 +129,17 @@ class MlflowTrialCallback(Callback):
         )
 
     def _finish(self, trial: Any, status: str) -> None:
-        epochs = int((trial.last_result or {}).get("epoch", 0))
         last = trial.last_result or {}
         if last.get(FAILURE):  # its configuration could not be trained: reported once, as a failure
             status = "FAILED"
-        tags = {
-            Tag.STATUS: "ERROR" if status == "FAILED" else "TERMINATED",
-            Tag.EPOCHS: str(epochs),
-            Tag.STOPPED_EARLY: str(status != "FAILED" and epochs < self.epochs).lower(),
-        }
-        if last.get(FAILURE):
-            tags[Tag.ERROR] = str(last[FAILURE])[:500]
-        # measured trial interval (Unix seconds): timelines and time-to-target from MLflow alone
-        for key, tag in ((STARTED_AT, Tag.STARTED_AT), (REPORTED_AT, Tag.FINISHED_AT)):
-            if last.get(key):
-                tags[tag] = repr(float(last[key]))
+        tags = trial_end_tags(
+            failed=status == "FAILED",
+            epochs=int(last.get("epoch", 0)),
+            planned_epochs=self.epochs,
+            error=str(last[FAILURE]) if last.get(FAILURE) else None,
+            started_at=last.get(STARTED_AT),
+            finished_at=last.get(REPORTED_AT),
+        )
         best = Path(self.tracker.out) / RunFile.TRIALS_DIR / trial.trial_id / "best"
         self.tracker.trial_finished(trial.trial_id, status=status, tags=tags, best_dir=best)
 

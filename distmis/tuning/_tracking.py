@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from distmis.schema import RunFile, Tag
-from distmis.tracking import SearchTracker, tracked_metrics
+from distmis.tracking import SearchTracker, tracked_metrics, trial_end_tags
 from distmis.tuning._results import unreported_epochs
 
 if TYPE_CHECKING:
@@ -88,7 +88,7 @@ def finish_search_tracking(tracker: SearchTracker, config: ExperimentConfig, out
     with open(out / RunFile.RESULTS) as fh:
         rows = list(csv.DictReader(fh))
     tracker.abandon_unknown({row["trial_id"] for row in rows})
-    _log_unreported_epochs(tracker, out, rows)
+    _log_unreported_epochs(tracker, out, rows, config)
     files = [out / RunFile.RESULTS, out / RunFile.BEST, out / RunFile.SUMMARY]
     done = tracker.finish(
         metrics={
@@ -115,7 +115,9 @@ def finish_search_tracking(tracker: SearchTracker, config: ExperimentConfig, out
         _warn_queued(out)
 
 
-def _log_unreported_epochs(tracker: SearchTracker, out: Path, rows: list[dict[str, str]]) -> None:
+def _log_unreported_epochs(
+    tracker: SearchTracker, out: Path, rows: list[dict[str, str]], config: ExperimentConfig
+) -> None:
     """Log the epochs results.csv counts but Tune never reported (:func:`unreported_epochs`) to their
     trials' runs, with the tags that count them, so that MLflow agrees with results.csv."""
     for row in rows:
@@ -128,15 +130,13 @@ def _log_unreported_epochs(tracker: SearchTracker, out: Path, rows: list[dict[st
                 row["trial_id"], int(epoch["epoch"]), tracked_metrics(epoch), epoch.get("finished_at", time.time())
             )
         if late:
-            tags = {
-                Tag.EPOCHS: row["epochs"],
-                Tag.STOPPED_EARLY: row["stopped_early"].lower(),
-                Tag.STATUS: row["status"],
-            }
-            if row.get("finished_at"):
-                tags[Tag.FINISHED_AT] = repr(float(row["finished_at"]))
-            if row.get("error"):
-                tags[Tag.ERROR] = row["error"][:500]
+            tags = trial_end_tags(
+                failed=row["status"] == "ERROR",
+                epochs=int(row["epochs"]),
+                planned_epochs=config.train.epochs,
+                error=row.get("error") or None,
+                finished_at=float(row["finished_at"]) if row.get("finished_at") else None,
+            )
             tracker.trial_tags(row["trial_id"], tags)
 
 

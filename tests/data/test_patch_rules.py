@@ -52,3 +52,23 @@ def test_an_isotropic_volume_shrinks_its_longest_axes_first() -> None:
     tight = suggest([128, 128, 64], 1, spacing=[1.0, 1.0, 1.0], gpu_memory_gb=budget * 0.999, **net)
     assert tight["train_patch"] != [96, 96, 64] and all(side % 4 == 0 for side in tight["train_patch"])
     assert "train_patch" not in suggest([128, 128, 64], 1, spacing=None, gpu_memory_gb=None, **net)
+
+
+def test_without_a_depth_the_suggestion_takes_the_recipes_levels_and_widths() -> None:
+    # init's depth rule: a level per halving while the deepest maps keep the recipe's smallest side
+    # (16 voxels for distmis's recipe, nnU-Net's 4), within the recipe's levels
+    ours = suggest([64, 64, 64], 2, spacing=[1.0, 1.0, 1.0], gpu_memory_gb=8, depth=None, filters=None, batch=2)
+    theirs = suggest(
+        [64, 64, 64], 2, spacing=[1.0, 1.0, 1.0], gpu_memory_gb=8, depth=None, filters=None, batch=2, recipe="nnunet"
+    )
+    assert (ours["recipe"], ours["depth"], ours["filters"]) == ("distmis", 3, 8)
+    assert (theirs["recipe"], theirs["depth"], theirs["filters"]) == ("nnunet", 5, 32)
+    # the estimate counts nnU-Net's widths 32..320 at 5 levels, where distmis's 8..32 at 3
+    assert theirs["estimated_gb"] == pytest.approx(
+        _by_hand(tuple(theirs["train_patch"]), [32, 64, 128, 256, 320], 2, 2) / 2**30, abs=1e-3
+    )
+    assert ours["estimated_gb"] == pytest.approx(
+        _by_hand(tuple(ours["train_patch"]), [8, 16, 32], 2, 2) / 2**30, abs=1e-3
+    )
+    # a depth given is kept whatever the recipe
+    assert suggest([64, 64, 64], 2, spacing=None, gpu_memory_gb=None, depth=4, filters=None, batch=2)["depth"] == 4
