@@ -135,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
         concurrency=args.workers,
         cores=os.cpu_count() or 1,
         step_seconds=_step_timer(args, fp, channels=len(meta.modalities)) if budget is not None else None,
+        step_timed=args.step_seconds is None,
     )
     text = plan_search(
         fp,
@@ -174,25 +175,29 @@ def _has_gpu() -> bool:
     return bool(import_tensorflow().config.list_physical_devices("GPU"))
 
 
-def _step_timer(args: argparse.Namespace, fp: dict[str, Any], *, channels: int) -> Callable[[int, tuple, int], float]:
-    """(filters, patch, batch) -> seconds of one training step: ``--step-seconds`` for the recipe's own width
-    (scaled to a narrower one by the plan), else timed here with the threads a trial will get."""
+def _step_timer(
+    args: argparse.Namespace, fp: dict[str, Any], *, channels: int
+) -> Callable[[int, tuple, int, int], float]:
+    """(filters, patch, batch, trials at once) -> seconds of one training step: ``--step-seconds`` for the
+    recipe's own width at the planned patch (scaled to a narrower one here, to a smaller patch by the
+    plan), else timed here with the threads a trial will get when that many trials step at once."""
     from distmis.console import notify
     from distmis.training import TIMED_SECONDS
 
     given = args.step_seconds
-    cache: dict[tuple[int, tuple, int], float] = {}
+    cache: dict[tuple[int, tuple, int, int], float] = {}
 
-    def seconds(filters: int, patch: tuple, batch: int) -> float:
+    def seconds(filters: int, patch: tuple, batch: int, at_once: int) -> float:
         if given is not None:
             return float(given) if filters == _recipe_filters(args.recipe) else _scaled(given, filters, args.recipe)
-        key = (filters, tuple(patch), batch)
+        key = (filters, tuple(patch), batch, at_once)
         if key not in cache:
+            together = f"; {at_once} trials at once" if at_once > 1 else ""
             notify(
-                f"distmis: timing training steps ({filters} filters, patch {list(patch)}, batch {batch})"
+                f"distmis: timing training steps ({filters} filters, patch {list(patch)}, batch {batch}{together})"
                 f" on this machine for {TIMED_SECONDS:.0f} s"
             )
-            cache[key] = _measure(args, fp, filters, tuple(patch), channels, batch)
+            cache[key] = _measure(args, fp, filters, tuple(patch), channels, batch, at_once)
         return cache[key]
 
     return seconds
@@ -210,7 +215,7 @@ def _scaled(given: float, filters: int, recipe: str) -> float:
 
 
 def _measure(
-    args: argparse.Namespace, fp: dict[str, Any], filters: int, patch: tuple, channels: int, batch: int
+    args: argparse.Namespace, fp: dict[str, Any], filters: int, patch: tuple, channels: int, batch: int, at_once: int
 ) -> float:
     """A step of the planned network, timed as the planned trials will step it: as many processes at
     once as trials will run at once on this machine's CPUs (one process for a GPU plan)."""
@@ -227,7 +232,7 @@ def _measure(
         return measure_recipe_step_seconds(
             recipe,
             depth=topology.depth,
-            trials_at_once=args.workers or (1 if gpu else 2),
+            trials_at_once=at_once,
             gpu=gpu,
             patch=patch,
             channels=channels,

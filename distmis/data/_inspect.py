@@ -113,13 +113,21 @@ def activation_bytes(
     return 1.5 * batch * (maps + channels * voxels) * bytes_per_value
 
 
-def shrink_to_fit(shape: list[int], divisors: tuple[int, int, int], fits: Callable[[list[int]], bool]) -> list[int]:
+def shrink_to_fit(
+    shape: list[int],
+    divisors: tuple[int, int, int],
+    fits: Callable[[list[int]], bool],
+    *,
+    floor: list[int] | None = None,
+) -> list[int]:
     """The whole ``shape`` if it fits, else the longest axis that can still shrink loses one divisor
     at a time until it does (or nothing can shrink: the caller checks ``fits`` again). nnU-Net's
-    planner shrinks the same way, so a thick-slice volume keeps its few slices whole."""
+    planner shrinks the same way, so a thick-slice volume keeps its few slices whole. No axis
+    shrinks below its ``floor`` (default: a voxel)."""
+    low = floor or [1, 1, 1]
     patch = list(shape)
     while not fits(patch):
-        shrinkable = [axis for axis in range(3) if patch[axis] > divisors[axis]]
+        shrinkable = [axis for axis in range(3) if patch[axis] - divisors[axis] >= low[axis]]
         if not shrinkable:
             break
         axis = max(shrinkable, key=lambda a: patch[a])

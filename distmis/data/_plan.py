@@ -22,8 +22,11 @@ The rules:
   ``model.kernels``), so that thick slices are not halved and blurred as the in-plane axes are;
 - **patch**: the whole prepared volume when its estimated training memory fits the budget
   (``--gpu-memory``, or 4 GiB of host memory for a CPU), else the largest axis shrunk first;
-  memory at the planned batch: 2 (nnU-Net's), or every training case when fewer train; a third
-  of the patches centred on foreground when a patch is smaller than the volume;
+  memory at the planned batch: 2 (nnU-Net's), or every training case when fewer train; with
+  ``--budget``, where even one trial of that patch would get fewer than 250 steps, smaller still
+  (the same way, at most to half of each axis) until one gets them: a short budget on a large
+  volume buys more steps of a smaller patch; a third of the patches centred on foreground when a
+  patch is smaller than the volume;
 - **labels**: one foreground label -> binary and Dice; several -> multi-class and Dice +
   cross-entropy; BraTS's three nested tumour labels (MSD's 1, 2, 3 or the challenges' 1, 2, 4) -> the
   regions WT, TC and ET;
@@ -34,7 +37,8 @@ The rules:
   trials stepping at once as will run at once, buys two whole rounds of trials at once when each
   then gets 1,000 steps (four nnU-Net epochs; 500 with ``--finalize``, whose folds follow the
   search's rounds), else one round, else fewer trials at once; the steps
-  left over lengthen the trials; no early stopping (every trial finishes), and the search stops at the deadline
+  left over lengthen the trials; fewer trials at once are timed again on a CPU (each has more
+  cores); no early stopping (every trial finishes), and the search stops at the deadline
   (``search.time_budget``). Without a budget: 8 trials of 12 epochs, each at least 250 steps;
 - **finalize** (``--budget B --finalize``): the search is planned for half of B, and the file's
   ``finalize`` section has ``distmis finalize`` cross-validate the best configuration alone (no
@@ -107,9 +111,12 @@ class PlanOptions:
     finalize: bool = False
     concurrency: int | None = None  # trials at once (``--workers``)
     cores: int = 2
-    #: seconds of one training step of (filters, patch, batch): measured by the caller, or given for the
-    #: target cluster
-    step_seconds: Callable[[int, tuple[int, int, int], int], float] | None = None
+    #: seconds of one training step of (filters, patch, batch, trials stepping at once): measured by the
+    #: caller, or given for the target cluster
+    step_seconds: Callable[[int, tuple[int, int, int], int, int], float] | None = None
+    #: ``step_seconds`` times each network here; a given step is for the planned patch, and a smaller
+    #: one's is estimated from it by the work of their convolutions
+    step_timed: bool = False
 
     @property
     def search_seconds(self) -> float | None:
@@ -150,6 +157,8 @@ class Sizing:
     patch: list[int]
     step_seconds: float | None
     why: str
+    #: the patch memory allows; ``patch`` is smaller where a short budget needs more steps than it buys
+    memory_patch: list[int] | None = None
 
     @property
     def trial_steps(self) -> int:
@@ -383,21 +392,10 @@ def _size(
         for w in widths
     }
     if options.search_seconds is None or options.step_seconds is None:
-        width = widths[-1]
-        steps_per_epoch = math.ceil(MIN_TRIAL_STEPS / EPOCHS)
-        return Sizing(
-            trials=TRIALS,
-            epochs=EPOCHS,
-            steps_per_epoch=steps_per_epoch,
-            concurrency=concurrency,
-            filters=width,
-            patch=patches[width],
-            step_seconds=None,
-            why=f"no --budget: {TRIALS} trials of {EPOCHS} epochs, each at least {MIN_TRIAL_STEPS} steps",
-        )
+        return _unbudgeted(concurrency, filters=widths[-1], patch=patches[widths[-1]])
     steps_total = options.search_seconds * TRAINING_SHARE * concurrency  # in step-seconds, per width below
     narrowest = widths[-1]
-    base_seconds = options.step_seconds(narrowest, tuple(patches[narrowest]), batch)  # type: ignore[arg-type]
+    base_seconds = options.step_seconds(narrowest, tuple(patches[narrowest]), batch, concurrency)  # type: ignore[arg-type]
 
     def estimate(w: int) -> float:
         work = conv_work(patches[w], topology=topology, filters=w, max_filters=mf, channels=channels)
@@ -407,39 +405,131 @@ def _size(
     width, seconds = narrowest, base_seconds
     for w in widths[:-1]:  # widest first: the first that still buys two rounds of full trials
         if steps_total / estimate(w) >= 2 * concurrency * MIN_TRIAL_STEPS:
-            seconds = options.step_seconds(w, tuple(patches[w]), batch)  # type: ignore[arg-type]
+            seconds = options.step_seconds(w, tuple(patches[w]), batch, concurrency)  # type: ignore[arg-type]
             if steps_total / seconds >= 2 * concurrency * MIN_TRIAL_STEPS:
                 width = w
                 break
             seconds = base_seconds
-    total = steps_total / seconds
+    patch, total = patches[width], steps_total / seconds
+    if total < concurrency * MIN_TRIAL_STEPS:  # fewer trials at once, each with the idle slots' cores
+        fewer = max(1, int(total // MIN_TRIAL_STEPS))
+        if fewer < concurrency and options.step_timed and not gpu:  # timed as they will step
+            seconds = options.step_seconds(width, tuple(patch), batch, fewer)  # type: ignore[arg-type]
+            total = options.search_seconds * TRAINING_SHARE * fewer / seconds
+        concurrency = fewer  # a given step: the idle slots' step-seconds go to the trials that run
+    memory_patch = patch
+    if total < MIN_TRIAL_STEPS:  # even one trial is short of an nnU-Net epoch: a smaller patch
+        patch, seconds, total = _smaller_patch(
+            options, patch, seconds=seconds, total=total, batch=batch, concurrency=concurrency,
+            work=lambda p: conv_work(p, topology=topology, filters=width, max_filters=mf, channels=channels),
+            filters=width, divisors=topology.divisors(),
+        )  # fmt: skip
     # whole rounds of `concurrency` trials (a part round leaves workers idle): two when each trial still
-    # gets its round's steps, else one, else fewer trials at once
+    # gets its round's steps, else one
     round_steps = FINALIZE_ROUND_TRIAL_STEPS if options.finalize else ROUND_TRIAL_STEPS
     rounds = 2 if total >= 2 * concurrency * round_steps else 1
-    if total < concurrency * MIN_TRIAL_STEPS:
-        concurrency = max(1, int(total // MIN_TRIAL_STEPS))
     trials = rounds * concurrency
     trial_steps = max(1, int(total / trials))
     epochs = max(1, min(MAX_EPOCHS, trial_steps // MIN_EPOCH_STEPS))
-    why = (
-        f"{options.search_text} at {seconds:.2f} s a step ({width} filters): {rounds} round(s) of {concurrency} "
-        f"trial(s) of {epochs * (trial_steps // epochs)} steps"
-    )
-    if trial_steps < MIN_TRIAL_STEPS:
-        why += f" (the budget buys fewer than {MIN_TRIAL_STEPS} steps even for one trial)"
-    elif rounds == 1 and total >= 2 * concurrency * MIN_TRIAL_STEPS:
-        why += f" (two rounds would leave each trial under {round_steps} steps)"
+    why = _budget_text(
+        options, seconds=seconds, width=width, rounds=rounds, concurrency=concurrency, total=total,
+        trial_steps=epochs * (trial_steps // epochs), round_steps=round_steps,
+        patch=patch, memory_patch=memory_patch, floor=patch_floor(memory_patch, topology.divisors()),
+    )  # fmt: skip
     return Sizing(
         trials=trials,
         epochs=epochs,
         steps_per_epoch=max(1, trial_steps // epochs),
         concurrency=concurrency,
         filters=width,
-        patch=patches[width],
+        patch=patch,
         step_seconds=seconds,
         why=why,
+        memory_patch=memory_patch,
     )
+
+
+def _unbudgeted(concurrency: int, *, filters: int, patch: list[int]) -> Sizing:
+    """Without a budget: :data:`TRIALS` trials of :data:`EPOCHS` epochs, each at least an nnU-Net epoch."""
+    return Sizing(
+        trials=TRIALS,
+        epochs=EPOCHS,
+        steps_per_epoch=math.ceil(MIN_TRIAL_STEPS / EPOCHS),
+        concurrency=concurrency,
+        filters=filters,
+        patch=patch,
+        step_seconds=None,
+        why=f"no --budget: {TRIALS} trials of {EPOCHS} epochs, each at least {MIN_TRIAL_STEPS} steps",
+    )
+
+
+def _budget_text(
+    options: PlanOptions,
+    *,
+    seconds: float,
+    width: int,
+    rounds: int,
+    concurrency: int,
+    total: float,
+    trial_steps: int,
+    round_steps: int,
+    patch: list[int],
+    memory_patch: list[int],
+    floor: list[int],
+) -> str:
+    """How the budget was spent, as the file's comment on ``train.epochs`` says it."""
+    why = (
+        f"{options.search_text} at {seconds:.2f} s a step ({width} filters): {rounds} round(s) of {concurrency} "
+        f"trial(s) of {trial_steps} steps"
+    )
+    if patch != memory_patch:
+        why += f", of a smaller patch than {memory_patch}, which buys a trial fewer than {MIN_TRIAL_STEPS} steps"
+        if patch == floor:
+            why += f" (the smallest patch planned, and the budget buys fewer than {MIN_TRIAL_STEPS} even of it)"
+    elif trial_steps < MIN_TRIAL_STEPS:
+        why += f" (the budget buys fewer than {MIN_TRIAL_STEPS} steps even for one trial)"
+    elif rounds == 1 and total >= 2 * concurrency * MIN_TRIAL_STEPS:
+        why += f" (two rounds would leave each trial under {round_steps} steps)"
+    return why
+
+
+def _smaller_patch(
+    options: PlanOptions,
+    patch: list[int],
+    *,
+    seconds: float,
+    total: float,
+    batch: int,
+    concurrency: int,
+    work: Callable[[list[int]], float],
+    filters: int,
+    divisors: Vec3,
+) -> tuple[list[int], float, float]:
+    """(patch, step seconds, steps) where ``total`` steps of ``patch`` leave one trial short of an nnU-Net
+    epoch: memory is not what limits a short budget on a large volume, the number of steps is. The
+    patch shrinks as the memory rule does (the longest axis first) until, at the step's ``seconds``
+    scaled by the convolutions' work, one trial gets them, down to :func:`patch_floor`; its step is
+    then timed here, or estimated from the given one by that work."""
+    whole = work(patch)
+
+    def fits(p: list[int]) -> bool:
+        return total * whole / work(p) >= MIN_TRIAL_STEPS
+
+    smaller = shrink_to_fit(patch, divisors, fits, floor=patch_floor(patch, divisors))
+    if smaller == patch:
+        return patch, seconds, total
+    if options.step_timed and options.step_seconds is not None:
+        step = options.step_seconds(filters, tuple(smaller), batch, concurrency)  # type: ignore[arg-type]
+    else:
+        step = seconds * work(smaller) / whole
+    return smaller, step, total * seconds / step
+
+
+def patch_floor(patch: list[int], divisors: Vec3) -> list[int]:
+    """The smallest patch a short budget shrinks ``patch`` to: half of each axis (an eighth of the
+    voxels, so a patch keeps most of its context), and four voxels at the deepest level, as nnU-Net
+    plans its depth."""
+    return [min(p, max(math.ceil(p / 2 / d) * d, 4 * d)) for p, d in zip(patch, divisors, strict=True)]
 
 
 def unplannable(fingerprint: dict[str, Any]) -> str | None:
@@ -555,6 +645,9 @@ def _training_lines(plan: _Plan) -> list[str]:
         + (
             f"the whole volume: it fits the {plan.budget:g} GiB {where} budget (~{plan.estimate_gb:.2f} GiB estimated)"
             if plan.whole
+            else f"smaller than the {sz.memory_patch} that fits {plan.budget:g} GiB of {where} memory: a short "
+            "budget buys more steps of a smaller patch (never under half of each axis)"
+            if sz.memory_patch is not None and sz.memory_patch != plan.patch
             else f"the largest patch whose estimated training memory (~{plan.estimate_gb:.2f} GiB) fits "
             f"{plan.budget:g} GiB of {where} memory"
         ),

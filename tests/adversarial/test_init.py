@@ -287,18 +287,57 @@ def test_a_budget_with_finalize_leaves_finalize_its_half(tmp_path: Path) -> None
 
 
 def test_a_budget_times_the_planned_network_here(tmp_path: Path) -> None:
-    """Without ``--step-seconds`` init times the planned network here, at the batch it plans: 3 cases
-    leave 1 to train, so its steps are timed at a batch of 1, not at nnU-Net's 2."""
+    """Without ``--step-seconds`` init times the planned network here, at the batch it plans and with as
+    many trials stepping at once as will run: 3 cases leave 1 to train, so its steps are timed at a batch
+    of 1, not at nnU-Net's 2; a budget too short for two trials of an nnU-Net epoch each times again
+    with one trial on all the cores, which is how its one trial will step."""
     from distmis.config import load_config
 
     raw = write_msd(tmp_path / "raw", cases=3, shape=(16, 16, 16))
     result = _init(tmp_path, raw, "--budget", "3m")
-    assert "batch 1)" in result.stderr and "batch 2)" not in result.stderr, result.stderr[-2000:]
+    assert "batch 1; 2 trials at once)" in result.stderr and "batch 2" not in result.stderr, result.stderr[-2000:]
+    assert "batch 1)" not in result.stderr, result.stderr[-2000:]  # two trials at once: timed once, that way
     text = (tmp_path / "plan.yaml").read_text()
     config = load_config(tmp_path / "plan.yaml", require_space=True)
     assert "s a step" in text and config.search.time_budget == "3m"
-    assert config.train.batch_size_per_replica == 1
+    assert config.train.batch_size_per_replica == 1 and config.search.max_concurrent_trials == 2
     assert config.train.epochs * config.train.steps_per_epoch >= 1
+    # 1 s buys no two trials of 250 steps at any step a U-Net takes on a CPU: one trial, timed alone
+    result = _init(tmp_path, raw, "--budget", "1s", "--overwrite")
+    timings = [line for line in result.stderr.splitlines() if "timing training steps" in line]
+    assert len(timings) >= 2 and "2 trials at once)" in timings[0] and "batch 1)" in timings[1], timings
+    config = load_config(tmp_path / "plan.yaml", require_space=True)
+    assert config.search.max_concurrent_trials == 1 and config.parallelism.cpus_per_worker == 2
+
+
+def test_a_short_budget_on_a_large_volume_trains_on_smaller_patches(tmp_path: Path) -> None:
+    """Where even one trial of the whole volume would get fewer than 250 steps in the budget, init shrinks
+    the patch (the longest axis first, as for memory, never under half of an axis) until one trial gets
+    them, and plans as for any patch smaller than the volume: a third of the patches centred on
+    foreground, validation on patches. The plan's own step estimate still fits the budget."""
+    from distmis.data import MIN_TRIAL_STEPS, TRAINING_SHARE
+
+    raw = write_msd(tmp_path / "raw", cases=10, shape=(48, 64, 48))
+    # the given step is the whole volume's: 5 minutes buy 2 slots x 240 s / 4 s = 120 steps of it, and
+    # the one trial that runs gets both slots
+    config, _, text = _claims(tmp_path, raw, "--budget", "5m", "--step-seconds", "4.0")
+    patch, shape = list(config.train.patch), list(config.data.prepare.shape)
+    assert shape == [48, 64, 48] and patch != shape, text
+    assert all(s / 2 <= p <= s for p, s in zip(patch, shape, strict=True)), patch
+    assert patch[1] < 64 and math.prod(patch) < math.prod(shape) / 2  # the longest axis went first
+    steps = config.train.epochs * config.train.steps_per_epoch
+    step = float(re.search(r"at ([0-9.]+) s a step", text).group(1))  # type: ignore[union-attr]
+    assert steps >= MIN_TRIAL_STEPS and config.search.num_samples == 1, text
+    assert steps * step <= config.search.time_budget_seconds() * TRAINING_SHARE * 2 + 1, text
+    assert f"smaller than the {shape} that fits" in text and f"of a smaller patch than {shape}" in text
+    assert config.train.foreground_oversampling == 0.33 and config.train.validation == "patch"
+    # a step so slow that a quarter of it still buys too few: half of each axis, and the file says so
+    config, _, text = _claims(tmp_path, raw, "--budget", "5m", "--step-seconds", "20")
+    assert list(config.train.patch) == [24, 32, 24], text
+    assert f"the smallest patch planned, and the budget buys fewer than {MIN_TRIAL_STEPS} even of it" in text
+    # a budget that buys the whole volume its steps keeps it
+    config, _, text = _claims(tmp_path, raw, "--budget", "5m", "--step-seconds", "0.5")
+    assert list(config.train.patch) == shape and config.train.validation == "window", text
 
 
 HOSTILE_TEXT = [
