@@ -484,7 +484,7 @@ def _budget_text(
     )
     if patch != memory_patch:
         why += f", of a smaller patch than {memory_patch}, which buys a trial fewer than {MIN_TRIAL_STEPS} steps"
-        if patch == floor:
+        if patch == floor and trial_steps < MIN_TRIAL_STEPS:
             why += f" (the smallest patch planned, and the budget buys fewer than {MIN_TRIAL_STEPS} even of it)"
     elif trial_steps < MIN_TRIAL_STEPS:
         why += f" (the budget buys fewer than {MIN_TRIAL_STEPS} steps even for one trial)"
