@@ -158,7 +158,7 @@ class Sizing:
     step_seconds: float | None
     why: str
     #: the patch memory allows; ``patch`` is smaller where a short budget needs more steps than it buys
-    memory_patch: list[int] | None = None
+    memory_patch: list[int]
 
     @property
     def trial_steps(self) -> int:
@@ -434,7 +434,7 @@ def _size(
     why = _budget_text(
         options, seconds=seconds, width=width, rounds=rounds, concurrency=concurrency, total=total,
         trial_steps=epochs * (trial_steps // epochs), round_steps=round_steps,
-        patch=patch, memory_patch=memory_patch, floor=patch_floor(memory_patch, topology.divisors()),
+        patch=patch, memory_patch=memory_patch, floor=_patch_floor(memory_patch, topology.divisors()),
     )  # fmt: skip
     return Sizing(
         trials=trials,
@@ -460,6 +460,7 @@ def _unbudgeted(concurrency: int, *, filters: int, patch: list[int]) -> Sizing:
         patch=patch,
         step_seconds=None,
         why=f"no --budget: {TRIALS} trials of {EPOCHS} epochs, each at least {MIN_TRIAL_STEPS} steps",
+        memory_patch=patch,
     )
 
 
@@ -508,14 +509,14 @@ def _smaller_patch(
     """(patch, step seconds, steps) where ``total`` steps of ``patch`` leave one trial short of an nnU-Net
     epoch: memory is not what limits a short budget on a large volume, the number of steps is. The
     patch shrinks as the memory rule does (the longest axis first) until, at the step's ``seconds``
-    scaled by the convolutions' work, one trial gets them, down to :func:`patch_floor`; its step is
+    scaled by the convolutions' work, one trial gets them, down to :func:`_patch_floor`; its step is
     then timed here, or estimated from the given one by that work."""
     whole = work(patch)
 
     def fits(p: list[int]) -> bool:
         return total * whole / work(p) >= MIN_TRIAL_STEPS
 
-    smaller = shrink_to_fit(patch, divisors, fits, floor=patch_floor(patch, divisors))
+    smaller = shrink_to_fit(patch, divisors, fits, floor=_patch_floor(patch, divisors))
     if smaller == patch:
         return patch, seconds, total
     if options.step_timed and options.step_seconds is not None:
@@ -525,7 +526,7 @@ def _smaller_patch(
     return smaller, step, total * seconds / step
 
 
-def patch_floor(patch: list[int], divisors: Vec3) -> list[int]:
+def _patch_floor(patch: list[int], divisors: Vec3) -> list[int]:
     """The smallest patch a short budget shrinks ``patch`` to: half of each axis (an eighth of the
     voxels, so a patch keeps most of its context), and four voxels at the deepest level, as nnU-Net
     plans its depth."""
@@ -647,7 +648,7 @@ def _training_lines(plan: _Plan) -> list[str]:
             if plan.whole
             else f"smaller than the {sz.memory_patch} that fits {plan.budget:g} GiB of {where} memory: a short "
             "budget buys more steps of a smaller patch (never under half of each axis)"
-            if sz.memory_patch is not None and sz.memory_patch != plan.patch
+            if sz.memory_patch != plan.patch
             else f"the largest patch whose estimated training memory (~{plan.estimate_gb:.2f} GiB) fits "
             f"{plan.budget:g} GiB of {where} memory"
         ),
