@@ -38,8 +38,9 @@ The rules:
   then gets 1,000 steps (four nnU-Net epochs; 500 with ``--finalize``, whose folds follow the
   search's rounds), else one round, else fewer trials at once; the steps
   left over lengthen the trials; fewer trials at once are timed again on a CPU (each has more
-  cores); no early stopping (every trial finishes), and the search stops at the deadline
-  (``search.time_budget``). Without a budget: 8 trials of 12 epochs, each at least 250 steps;
+  cores), unless even a linear speed-up would leave one trial short of 250 steps: then only the
+  smaller patch it gets is timed (and timed once more if it was still too large); no early
+  stopping (every trial finishes), and the search stops at the deadline (``search.time_budget``). Without a budget: 8 trials of 12 epochs, each at least 250 steps;
 - **finalize** (``--budget B --finalize``): the search is planned for half of B, and the file's
   ``finalize`` section has ``distmis finalize`` cross-validate the best configuration alone (no
   pairs) on as many rounds of folds at the search's parallelism as the search ran rounds of trials
@@ -410,20 +411,21 @@ def _size(
                 width = w
                 break
             seconds = base_seconds
-    patch, total = patches[width], steps_total / seconds
-    if total < concurrency * MIN_TRIAL_STEPS:  # fewer trials at once, each with the idle slots' cores
-        fewer = max(1, int(total // MIN_TRIAL_STEPS))
-        if fewer < concurrency and options.step_timed and not gpu:  # timed as they will step
-            seconds = options.step_seconds(width, tuple(patch), batch, fewer)  # type: ignore[arg-type]
-            total = options.search_seconds * TRAINING_SHARE * fewer / seconds
-        concurrency = fewer  # a given step: the idle slots' step-seconds go to the trials that run
-    memory_patch = patch
+    patch = patches[width]
+    concurrency, seconds, total, retime = _fewer_at_once(
+        options, width=width, patch=patch, batch=batch, concurrency=concurrency, seconds=seconds, gpu=gpu
+    )
+    memory_patch, floor = patch, _patch_floor(patch, topology.divisors())
     if total < MIN_TRIAL_STEPS:  # even one trial is short of an nnU-Net epoch: a smaller patch
         patch, seconds, total = _smaller_patch(
             options, patch, seconds=seconds, total=total, batch=batch, concurrency=concurrency,
             work=lambda p: conv_work(p, topology=topology, filters=width, max_filters=mf, channels=channels),
-            filters=width, divisors=topology.divisors(),
+            filters=width, divisors=topology.divisors(), floor=floor,
         )  # fmt: skip
+        retime = retime and patch == memory_patch
+    if retime:  # the patch could not shrink: its own step, timed as its trials will step
+        seconds = options.step_seconds(width, tuple(patch), batch, concurrency)  # type: ignore[arg-type]
+        total = options.search_seconds * TRAINING_SHARE * concurrency / seconds
     # whole rounds of `concurrency` trials (a part round leaves workers idle): two when each trial still
     # gets its round's steps, else one
     round_steps = FINALIZE_ROUND_TRIAL_STEPS if options.finalize else ROUND_TRIAL_STEPS
@@ -434,7 +436,7 @@ def _size(
     why = _budget_text(
         options, seconds=seconds, width=width, rounds=rounds, concurrency=concurrency, total=total,
         trial_steps=epochs * (trial_steps // epochs), round_steps=round_steps,
-        patch=patch, memory_patch=memory_patch, floor=_patch_floor(memory_patch, topology.divisors()),
+        patch=patch, memory_patch=memory_patch, floor=floor,
     )  # fmt: skip
     return Sizing(
         trials=trials,
@@ -447,6 +449,27 @@ def _size(
         why=why,
         memory_patch=memory_patch,
     )
+
+
+def _fewer_at_once(
+    options: PlanOptions, *, width: int, patch: list[int], batch: int, concurrency: int, seconds: float, gpu: bool
+) -> tuple[int, float, float, bool]:
+    """(trials at once, step seconds, steps, whether that step is still to be timed): where the budget
+    buys fewer than 250 steps for each of ``concurrency`` trials at once, fewer run, each with the idle
+    slots' cores, and on a CPU their step is timed again as they will step it. Where even a linear
+    speed-up leaves one trial short, the patch will shrink, so the step of this one is only estimated
+    (linearly) and the patch that is trained gets the timing."""
+    assert options.search_seconds is not None and options.step_seconds is not None
+    total = options.search_seconds * TRAINING_SHARE * concurrency / seconds
+    if total >= concurrency * MIN_TRIAL_STEPS:
+        return concurrency, seconds, total, False
+    fewer = max(1, int(total // MIN_TRIAL_STEPS))
+    if fewer == concurrency or not options.step_timed or gpu:  # a given step: the idle slots' go to the rest
+        return fewer, seconds, total, False
+    if total < MIN_TRIAL_STEPS:
+        return fewer, seconds * fewer / concurrency, total, True
+    seconds = options.step_seconds(width, tuple(patch), batch, fewer)  # type: ignore[arg-type]
+    return fewer, seconds, options.search_seconds * TRAINING_SHARE * fewer / seconds, False
 
 
 def _unbudgeted(concurrency: int, *, filters: int, patch: list[int]) -> Sizing:
@@ -505,25 +528,32 @@ def _smaller_patch(
     work: Callable[[list[int]], float],
     filters: int,
     divisors: Vec3,
+    floor: list[int],
 ) -> tuple[list[int], float, float]:
     """(patch, step seconds, steps) where ``total`` steps of ``patch`` leave one trial short of an nnU-Net
     epoch: memory is not what limits a short budget on a large volume, the number of steps is. The
     patch shrinks as the memory rule does (the longest axis first) until, at the step's ``seconds``
-    scaled by the convolutions' work, one trial gets them, down to :func:`_patch_floor`; its step is
-    then timed here, or estimated from the given one by that work."""
-    whole = work(patch)
+    scaled by the convolutions' work, one trial gets them, down to ``floor``; its step is then timed
+    here, or estimated from the given one by that work. A small patch steps slower than its work says
+    (a step has fixed costs), so where the timed step still leaves the trial short, the patch shrinks
+    once more from that step and is timed again."""
+    for _ in range(2 if options.step_timed else 1):
+        whole = work(patch)
 
-    def fits(p: list[int]) -> bool:
-        return total * whole / work(p) >= MIN_TRIAL_STEPS
+        def fits(p: list[int], whole: float = whole, total: float = total) -> bool:
+            return total * whole / work(p) >= MIN_TRIAL_STEPS
 
-    smaller = shrink_to_fit(patch, divisors, fits, floor=_patch_floor(patch, divisors))
-    if smaller == patch:
-        return patch, seconds, total
-    if options.step_timed and options.step_seconds is not None:
-        step = options.step_seconds(filters, tuple(smaller), batch, concurrency)  # type: ignore[arg-type]
-    else:
-        step = seconds * work(smaller) / whole
-    return smaller, step, total * seconds / step
+        smaller = shrink_to_fit(patch, divisors, fits, floor=floor)
+        if smaller == patch:
+            break
+        if options.step_timed and options.step_seconds is not None:
+            step = options.step_seconds(filters, tuple(smaller), batch, concurrency)  # type: ignore[arg-type]
+        else:
+            step = seconds * work(smaller) / whole
+        patch, seconds, total = smaller, step, total * seconds / step
+        if total >= MIN_TRIAL_STEPS:
+            break
+    return patch, seconds, total
 
 
 def _patch_floor(patch: list[int], divisors: Vec3) -> list[int]:

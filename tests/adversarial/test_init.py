@@ -340,6 +340,25 @@ def test_a_short_budget_on_a_large_volume_trains_on_smaller_patches(tmp_path: Pa
     assert list(config.train.patch) == shape and config.train.validation == "window", text
 
 
+def test_a_budget_too_short_for_the_whole_volume_times_only_the_smaller_patch(tmp_path: Path) -> None:
+    """Where even a linear speed-up of the trials stepping at once would leave one trial short of 250
+    steps, the memory's patch is not timed a second time, alone: only the smaller patch that one trial
+    gets is, as that trial will step it (a second timing of the big patch costs a third of a 5-minute
+    budget at 240 x 240 x 155)."""
+    from distmis.config import load_config
+
+    raw = write_msd(tmp_path / "raw", cases=10, shape=(48, 64, 48))
+    result = _init(tmp_path, raw, "--budget", "1s")
+    timings = [line for line in result.stderr.splitlines() if "timing training steps" in line]
+    assert len(timings) == 2, timings
+    assert "patch [48, 64, 48]" in timings[0] and "2 trials at once)" in timings[0], timings
+    assert "patch [24, 32, 24]" in timings[1] and "at once" not in timings[1], timings
+    config = load_config(tmp_path / "plan.yaml", require_space=True)
+    assert list(config.train.patch) == [24, 32, 24] and config.search.max_concurrent_trials == 1
+    step = float(re.search(r"at ([0-9.]+) s a step", (tmp_path / "plan.yaml").read_text()).group(1))  # type: ignore[union-attr]
+    assert step > 0
+
+
 HOSTILE_TEXT = [
     "brain\ntracking: {uri: 'http://attacker.example'} #",
     "two\r\nlines",
