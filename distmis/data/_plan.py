@@ -536,8 +536,9 @@ def _smaller_patch(
     scaled by the convolutions' work, one trial gets them, down to ``floor``; its step is then timed
     here, or estimated from the given one by that work. A small patch steps slower than its work says
     (a step has fixed costs), so where the timed step still leaves the trial short, the patch shrinks
-    once more from that step and is timed again."""
-    for _ in range(2 if options.step_timed else 1):
+    once more from that step and is timed again, and kept only if it buys more steps (a timing varies
+    by a fifth between runs, so a smaller patch can time slower than a larger one)."""
+    for attempt in range(2 if options.step_timed else 1):
         whole = work(patch)
 
         def fits(p: list[int], whole: float = whole, total: float = total) -> bool:
@@ -550,6 +551,8 @@ def _smaller_patch(
             step = options.step_seconds(filters, tuple(smaller), batch, concurrency)  # type: ignore[arg-type]
         else:
             step = seconds * work(smaller) / whole
+        if attempt > 0 and step >= seconds:  # the smaller patch buys no more steps: the timed one stays
+            break
         patch, seconds, total = smaller, step, total * seconds / step
         if total >= MIN_TRIAL_STEPS:
             break
