@@ -40,7 +40,8 @@ The rules:
   left over lengthen the trials; fewer trials at once are timed again on a CPU (each has more
   cores), unless even a linear speed-up would leave one trial short of 250 steps: then only the
   smaller patch it gets is timed (and timed once more if it was still too large); no early
-  stopping (every trial finishes), and the search stops at the deadline (``search.time_budget``). Without a budget: 8 trials of 12 epochs, each at least 250 steps;
+  stopping (every trial finishes), and the search stops at the deadline
+  (``search.time_budget``). Without a budget: 8 trials of 12 epochs, each at least 250 steps;
 - **finalize** (``--budget B --finalize``): the search is planned for half of B, and the file's
   ``finalize`` section has ``distmis finalize`` cross-validate the best configuration alone (no
   pairs) on as many rounds of folds at the search's parallelism as the search ran rounds of trials
