@@ -67,6 +67,27 @@ def unreported_epochs(trial_dir: Path, reported: int) -> list[dict[str, float]]:
     return late
 
 
+def with_unreported_epochs(
+    result: dict[str, Any], late: list[dict[str, float]], metric: str
+) -> tuple[dict[str, Any], list[dict[str, float]]]:
+    """``result`` (a trial's last report to Tune) as the trial would have reported its ``late`` epochs
+    (:func:`unreported_epochs`), and the epochs it would have reported: up to a diverged one, which
+    ends the trial with its failure as its report would have.
+
+    One function, so that results.csv and the Optuna study count a trial's epochs alike.
+    """
+    completed = dict(result)
+    reported = []
+    for row in late:
+        completed.update(row)
+        reported.append(row)
+        reason = divergence(row, metric)
+        if reason is not None:
+            completed[FAILURE] = reason
+            break
+    return completed, reported
+
+
 def trial_rows(grid: ResultGrid, config: ExperimentConfig, out: Path | None = None) -> list[TrialRow]:
     """One row per trial of a finished Tune run: parameters, final and best metrics, timing.
 
@@ -91,16 +112,9 @@ def trial_rows(grid: ResultGrid, config: ExperimentConfig, out: Path | None = No
                 "its metrics.csv",
                 flush=True,
             )
-            reasons = [divergence(row, metric) for row in late]
-            for row, reason in zip(late, reasons, strict=True):  # what the trial would have reported
-                metrics.update(row)
-                if reason is not None:
-                    metrics[FAILURE] = reason
-                    break
+            metrics, late = with_unreported_epochs(metrics, late, metric)
             # a diverged epoch's weights are never a best/ (the trial does not write them): not a candidate
-            candidates = [
-                r if reason is None else {**r, metric: math.nan} for r, reason in zip(late, reasons, strict=True)
-            ]
+            candidates = [r if divergence(r, metric) is None else {**r, metric: math.nan} for r in late]
             df = (
                 pd.concat([df, pd.DataFrame(candidates)], ignore_index=True)
                 if df is not None

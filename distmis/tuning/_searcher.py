@@ -14,6 +14,9 @@ Here (see :meth:`OptunaSearcher.on_trial_complete`):
   got, then by their last value, which is what a pruned trial is worth;
 * a trial that failed, or whose configuration could not be trained (NaN metrics), is FAIL.
 
+Each counts the epochs results.csv counts: one whose report reached Tune after the search's
+deadline is read from the trial's own ``metrics.csv`` (:meth:`OptunaSearcher._with_unreported_epochs`).
+
 The study lives in the search's ``optuna.journal`` (Optuna's JournalStorage), so optuna-dashboard
 shows it while the search runs. Tune saves the searcher with its experiment state and restores it
 on ``--resume`` (:meth:`save` / :meth:`restore`): the sampler (its random state) and the map of Tune
@@ -53,6 +56,9 @@ class OptunaSearcher(Searcher):
         study_name: the study in it.
         max_epochs: a trial that reports fewer epochs than this was stopped by the scheduler.
         points_to_evaluate: configurations tried first, in order (Optuna's ``enqueue_trial``).
+        trials_dir: the search's ``trials/`` folder, where each trial keeps its own ``metrics.csv``:
+            an epoch the trial wrote whose report Tune dropped (it came after the search's deadline)
+            is told to the study too, as results.csv counts it.
     """
 
     def __init__(
@@ -66,6 +72,7 @@ class OptunaSearcher(Searcher):
         study_name: str,
         max_epochs: int,
         points_to_evaluate: list[dict[str, Any]] | None = None,
+        trials_dir: str | Path | None = None,
     ) -> None:
         super().__init__(metric=metric, mode=mode)
         self._space = space
@@ -74,6 +81,7 @@ class OptunaSearcher(Searcher):
         self._study_name = study_name
         self._max_epochs = max_epochs
         self._points = list(points_to_evaluate or [])
+        self._trials_dir = None if trials_dir is None else str(trials_dir)
         self._numbers: dict[str, int] = {}  # Tune trial id -> Optuna trial number
         self._finished: set[str] = set()
         self._study_cache: optuna.Study | None = None
@@ -176,6 +184,7 @@ class OptunaSearcher(Searcher):
             return
         from optuna.trial import TrialState
 
+        result = self._with_unreported_epochs(trial_id, result)
         self._report(trial_id, result)
         number = self._numbers[trial_id]
         values = list(self._intermediate_values(number).values())
@@ -194,6 +203,27 @@ class OptunaSearcher(Searcher):
             self._study.tell(number, best)
         self._finished.add(trial_id)
         self._trial_cache.pop(trial_id, None)
+
+    def _with_unreported_epochs(self, trial_id: str, result: dict[str, Any] | None) -> dict[str, Any] | None:
+        """``result`` completed by the epochs the trial wrote after it, each told as an intermediate value.
+
+        Tune calls :meth:`on_trial_complete` with the last report it heard, which after a deadline can
+        be one epoch short of the trial's ``metrics.csv`` and ``best/``; results.csv and MLflow count
+        that epoch (:func:`~distmis.tuning._results.with_unreported_epochs`), and so does the study.
+        Every such epoch is on disk by now: a trial keeps only epochs that end before the deadline.
+        """
+        if self._trials_dir is None:
+            return result
+        from distmis.tuning._results import unreported_epochs, with_unreported_epochs
+
+        heard = result or {}
+        late = unreported_epochs(Path(self._trials_dir) / trial_id, int(heard.get("epoch") or 0))
+        if not late:
+            return result
+        completed, reported = with_unreported_epochs(heard, late, self._metric or "")
+        for row in reported:
+            self._report(trial_id, row)
+        return completed
 
     # ------------------------------------------------------------------ saved with Tune's experiment state
     def _state(self) -> dict[str, Any]:

@@ -85,6 +85,7 @@ def searcher(config: ExperimentConfig, out: Path, concurrency: int) -> tuple[Any
         study_name=config.name,
         max_epochs=config.train.epochs,
         points_to_evaluate=s.points,
+        trials_dir=out / RunFile.TRIALS_DIR,
     )
     return optuna_searcher, None, s.num_samples
 

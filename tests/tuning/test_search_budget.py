@@ -93,19 +93,23 @@ def test_an_epoch_whose_report_tune_dropped_is_counted_from_the_trials_own_recor
 ) -> None:
     """A report slower than the deadline's margin (a loaded machine) is dropped by Tune although the
     trial wrote the epoch's weights: the search's records take that epoch from the trial's metrics.csv,
-    so results.csv, summary.json and best/ still name the same weights.
+    so results.csv, summary.json, MLflow, the Optuna study and best/ still name the same weights.
 
     The trial is a real training run; Tune's view of it is a real ``Result`` that holds its first epoch
     only, as Tune's does when the second epoch's report arrives after the deadline."""
+    import optuna
     import pandas as pd
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
     from ray.tune import Result
 
     from distmis.config import ExperimentConfig
     from distmis.metrics import REPORTED_AT, STARTED_AT
     from distmis.schema import Tag
+    from distmis.space import define_by_run
     from distmis.tracking import SearchTracker
     from distmis.training import RunSession
-    from distmis.tuning import finish_search_tracking, summarise_search, trial_rows
+    from distmis.tuning import OptunaSearcher, build_sampler, finish_search_tracking, summarise_search, trial_rows
 
     config = ExperimentConfig.model_validate(
         {
@@ -151,6 +155,28 @@ def test_an_epoch_whose_report_tune_dropped_is_counted_from_the_trials_own_recor
     assert [m.step for m in client.get_metric_history(run.info.run_id, "val_dice")] == [1, 2]
     assert run.data.tags[Tag.EPOCHS] == "2" and run.data.metrics["val_dice"] == pytest.approx(float(last["val_dice"]))
 
+    # the Optuna study (optuna-dashboard's view, and what a resumed search's sampler learns from) counts
+    # the same epochs: PRUNED at the last epoch's value with two epochs of training, or COMPLETE at the
+    # best value where the late epoch was the trial's last
+    for max_epochs, state, value in ((5, "PRUNED", row["final_val_dice"]), (2, "COMPLETE", row["best_val_dice"])):
+        searcher = OptunaSearcher(
+            space=define_by_run(config.space),
+            metric="val_dice",
+            mode="max",
+            sampler=build_sampler("random", 0, 1),
+            journal=tmp_path / f"optuna-{max_epochs}.journal",
+            study_name="dropped",
+            max_epochs=max_epochs,
+            trials_dir=out / RunFile.TRIALS_DIR,
+        )
+        searcher.suggest("t_0001")
+        searcher.on_trial_result("t_0001", heard)
+        searcher.on_trial_complete("t_0001", result=heard)  # Tune's last result: the first epoch
+        storage = JournalStorage(JournalFileBackend(str(tmp_path / f"optuna-{max_epochs}.journal")))
+        (told,) = optuna.load_study(study_name="dropped", storage=storage).trials
+        assert told.state.name == state and told.value == pytest.approx(float(value))
+        assert told.intermediate_values == pytest.approx({1: heard["val_dice"], 2: float(last["val_dice"])})
+
 
 @pytest.mark.slow
 def test_a_deadline_that_cuts_through_the_trials_leaves_records_that_name_the_kept_weights(
@@ -183,6 +209,23 @@ def test_a_deadline_that_cuts_through_the_trials_leaves_records_that_name_the_ke
             assert json.loads((trial / "best" / "metrics.json").read_text())["epoch"] == int(r["best_epoch"])
     best = json.loads((out / "best" / "metrics.json").read_text())
     assert best["val_dice"] == pytest.approx(summary["best_value"])
+    assert _epochs_told_to_optuna(out) == sorted(
+        (int(r["epochs"]), round(float(r["final_val_dice"]), 6) if int(r["epochs"]) else -1.0) for r in rows
+    )
+
+
+def _epochs_told_to_optuna(out: Path) -> list[tuple[int, float]]:
+    """Each trial of the search's Optuna study as (epochs told, the last epoch's value or -1), sorted."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    storage = JournalStorage(JournalFileBackend(str(out / RunFile.JOURNAL)))
+    told = []
+    for trial in optuna.load_study(study_name="deadline", storage=storage).trials:
+        values = trial.intermediate_values
+        told.append((len(values), round(values[max(values)], 6) if values else -1.0))
+    return sorted(told)
 
 
 def _deadline_search(prepared: Path, tmp_path: Path, budget: int, out: Path) -> subprocess.CompletedProcess[str]:

@@ -82,3 +82,35 @@ def test_save_and_restore_continue_the_same_study_and_sampler(tmp_path: Path) ->
     # draw the first trial's parameters once more
     assert nxt["lr"] != study(journal).trials[0].params["lr"]
     assert study(journal).trials[-1].number == 3
+
+
+def test_epochs_the_trial_wrote_after_its_last_report_are_told_and_a_diverged_one_fails_it(tmp_path: Path) -> None:
+    """Tune completes a trial with the last report it heard; the trial's own metrics.csv can hold epochs
+    after it (their reports came after the search's deadline). The study counts them as results.csv
+    does: each epoch as an intermediate value, as its report would have been, and a diverged one as the
+    trial's failure; nothing after it."""
+    import csv
+
+    from distmis.metrics import FAILURE
+
+    trials = tmp_path / "trials"
+    (trials / "a").mkdir(parents=True)
+    with open(trials / "a" / "metrics.csv", "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["epoch", "loss", "val_dice"])
+        writer.writerows([[1, 0.9, 0.4], [2, 0.7, 0.6], [3, "nan", 0.0], [4, 0.5, 0.7]])
+    s = OptunaSearcher(
+        space=define_by_run(SPACE),
+        metric="val_dice",
+        mode="max",
+        sampler=build_sampler("random", 0, 1),
+        journal=tmp_path / "optuna.journal",
+        study_name="s",
+        max_epochs=3,
+        trials_dir=trials,
+    )
+    s.suggest("a")
+    s.on_trial_complete("a", epochs(s, "a", [0.4]))
+    (told,) = study(tmp_path / "optuna.journal").trials
+    assert told.state.name == "FAIL" and told.intermediate_values == {1: 0.4, 2: 0.6, 3: 0.0}
+    assert "loss is nan at epoch 3" in told.user_attrs[FAILURE]
