@@ -303,7 +303,10 @@ def run_distmis(
                 "--out", str(out / "test"), "--no-track", "--tta"]  # fmt: skip
     eval_s, eval_gb = run(evaluate, out / "evaluate.log", env)
     summary = json.loads((out / "test" / "summary.json").read_text())
-    dice = {k.removeprefix("dice_"): v["mean"] for k, v in summary["metrics"].items() if k.startswith("dice_")}
+    from distmis.data import read_dataset_json
+
+    labels = read_dataset_json(raw).labels
+    dice = class_dice({k: v["mean"] for k, v in summary["metrics"].items()}, labels)
     data = {
         "system": system,
         "budget": budget,
@@ -437,7 +440,8 @@ def scorer_for(model: Path, raw: Path, test_ids: list[str]) -> Any:
     from distmis.inference import read_model_record, score_labels
 
     record = read_model_record(model)
-    cases = [c for c in read_dataset_json(raw).training if c.case_id in test_ids]
+    meta = read_dataset_json(raw)
+    cases = [c for c in meta.training if c.case_id in test_ids]
 
     def score(folder: Path) -> dict[str, float]:
         rows = []
@@ -450,10 +454,21 @@ def scorer_for(model: Path, raw: Path, test_ids: list[str]) -> Any:
             truth = np.asarray(truth_img.dataobj).astype(np.int64)
             pred = np.asarray(pred_img.dataobj).astype(np.int64)
             rows.append(score_labels(record, truth, pred, spacing))
-        keys = [k for k in rows[0] if k.startswith("dice_")]
-        return {k.removeprefix("dice_"): float(np.mean([r[k] for r in rows])) for k in keys}
+        keys = [k for k in rows[0] if k == "dice" or k.startswith("dice_")]
+        return class_dice({k: float(np.mean([r[k] for r in rows])) for k in keys}, meta.labels)
 
     return score
+
+
+def class_dice(metrics: dict[str, float], labels: dict[int, str]) -> dict[str, float]:
+    """Test Dice by class name from distmis's metric names: ``dice_<class>`` for each class of a
+    multi-class model, and plain ``dice`` for a binary one, named here by the task's one foreground
+    label in ``labels`` (dataset.json's; ``foreground`` where the binary model merged several)."""
+    per_class = {k.removeprefix("dice_"): v for k, v in metrics.items() if k.startswith("dice_")}
+    if per_class or "dice" not in metrics:
+        return per_class
+    names = [name for value, name in sorted(labels.items()) if value != 0]
+    return {names[0] if len(names) == 1 else "foreground": metrics["dice"]}
 
 
 # --------------------------------------------------------------------------- report

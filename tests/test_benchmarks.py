@@ -143,3 +143,17 @@ def test_the_peer_benchmark_takes_a_dataset_folder_as_its_task(tmp_path: Path) -
     )
     assert refused.returncode != 0
     assert f"--task {tmp_path / 'out'}: expected mni152 or brats, or an MSD-layout" in refused.stderr
+
+
+def test_the_peer_benchmark_names_a_binary_tasks_dice_by_its_label(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A binary model's metrics carry one plain ``dice`` (no class in the name): the peer table names it
+    by the task's one foreground label; a multi-class model's ``dice_<class>`` keep their names, and
+    their mean under ``dice`` is not a class."""
+    import importlib
+
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    peer = importlib.import_module("peer_nnunet")
+    assert peer.class_dice({"dice": 0.9, "iou": 0.8}, {0: "background", 1: "white matter"}) == {"white matter": 0.9}
+    labels = {0: "background", 1: "edema", 2: "core"}
+    assert peer.class_dice({"dice": 0.9}, labels) == {"foreground": 0.9}
+    assert peer.class_dice({"dice": 0.85, "dice_edema": 0.9, "dice_core": 0.8}, labels) == {"edema": 0.9, "core": 0.8}
