@@ -15,7 +15,10 @@ of sampling one plane.
 Used by the tests (``tests/training``) and by ``benchmarks/search_efficiency.py``; nilearn is a
 test-only dependency, so this stays out of the ``distmis`` package.
 
-    python tests/_support/anatomy.py OUT [--cases 20] [--shape 64 | X,Y,Z] [--voxel-mm 2 | X,Y,Z] [--seed 0]
+``--only 2`` keeps one tissue as the only foreground label (white matter: a binary task, the
+one-label shape of MSD's heart, spleen or hippocampus-as-one-structure); the images are the same.
+
+    python tests/_support/anatomy.py OUT [--cases 20] [--shape 64 | X,Y,Z] [--voxel-mm 2 | X,Y,Z] [--seed 0] [--only 1|2]
 """
 
 from __future__ import annotations
@@ -116,8 +119,10 @@ def write_mni152_task(
     shape: tuple[int, int, int] = (64, 64, 64),
     voxel_mm: float | tuple[float, float, float] = 2.0,
     seed: int = 0,
+    only: int | None = None,
 ) -> Path:
-    """Write an MSD-layout dataset (dataset.json, imagesTr, labelsTr) of ``cases`` subjects."""
+    """Write an MSD-layout dataset (dataset.json, imagesTr, labelsTr) of ``cases`` subjects; with
+    ``only`` (1 or 2), that tissue is the one foreground label (1) and every other voxel background."""
     import nibabel as nib
 
     from distmis.files import atomic_directory, write_json_atomic
@@ -127,12 +132,17 @@ def write_mni152_task(
     rng = np.random.default_rng(seed)
     voxel = [float(v) for v in np.broadcast_to(np.asarray(voxel_mm, dtype=float), (3,))]
     affine = np.diag([*voxel, 1.0])
+    if only is not None and only not in (1, 2):
+        raise ValueError(f"only: expected 1 (grey matter) or 2 (white matter), got {only}")
+    labels = LABELS if only is None else {0: "background", 1: LABELS[only]}
     with atomic_directory(out, command="synth (mni152 test task)") as tmp:
         (tmp / "imagesTr").mkdir()
         (tmp / "labelsTr").mkdir()
         training = []
         for i in range(cases):
             image, label = make_case(template, rng, shape=shape, voxel_mm=voxel_mm)
+            if only is not None:
+                label = (label == only).astype(np.uint8)
             cid = f"MNI_{i:03d}"
             nib.save(nib.Nifti1Image(image, affine), tmp / "imagesTr" / f"{cid}.nii.gz")
             nib.save(nib.Nifti1Image(label, affine), tmp / "labelsTr" / f"{cid}.nii.gz")
@@ -146,7 +156,7 @@ def write_mni152_task(
                 "reference": "nilearn's MNI152 template and tissue probability maps",
                 "tensorImageSize": "3D",
                 "modality": {"0": "T1w"},
-                "labels": {str(k): v for k, v in LABELS.items()},
+                "labels": {str(k): v for k, v in labels.items()},
                 "numTraining": cases,
                 "numTest": 0,
                 "training": training,
@@ -163,6 +173,7 @@ def main() -> None:
     p.add_argument("--shape", default="64", help="one side, or X,Y,Z voxels")
     p.add_argument("--voxel-mm", default="2", help="one spacing, or X,Y,Z mm (thick slices: e.g. 1.5,1.5,7.5)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--only", type=int, choices=(1, 2), help="one tissue as the only label: 1 grey, 2 white matter")
     a = p.parse_args()
     sides = [int(v) for v in a.shape.split(",")]
     spacing = [float(v) for v in a.voxel_mm.split(",")]
@@ -170,7 +181,7 @@ def main() -> None:
         p.error("--shape and --voxel-mm take one value or three (X,Y,Z)")
     shape = (sides * 3)[:3] if len(sides) == 1 else sides
     voxel = (spacing * 3)[:3] if len(spacing) == 1 else spacing
-    print(write_mni152_task(a.out, cases=a.cases, shape=tuple(shape), voxel_mm=tuple(voxel), seed=a.seed))  # type: ignore[arg-type]
+    print(write_mni152_task(a.out, cases=a.cases, shape=tuple(shape), voxel_mm=tuple(voxel), seed=a.seed, only=a.only))  # type: ignore[arg-type]
 
 
 if __name__ == "__main__":
