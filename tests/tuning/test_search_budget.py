@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -97,10 +98,7 @@ def test_an_epoch_whose_report_tune_dropped_is_counted_from_the_trials_own_recor
 
     The trial is a real training run; Tune's view of it is a real ``Result`` that holds its first epoch
     only, as Tune's does when the second epoch's report arrives after the deadline."""
-    import optuna
     import pandas as pd
-    from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend
     from ray.tune import Result
 
     from distmis.config import ExperimentConfig
@@ -172,8 +170,7 @@ def test_an_epoch_whose_report_tune_dropped_is_counted_from_the_trials_own_recor
         searcher.suggest("t_0001")
         searcher.on_trial_result("t_0001", heard)
         searcher.on_trial_complete("t_0001", result=heard)  # Tune's last result: the first epoch
-        storage = JournalStorage(JournalFileBackend(str(tmp_path / f"optuna-{max_epochs}.journal")))
-        (told,) = optuna.load_study(study_name="dropped", storage=storage).trials
+        (told,) = _study(tmp_path / f"optuna-{max_epochs}.journal", "dropped").trials
         assert told.state.name == state and told.value == pytest.approx(float(value))
         assert told.intermediate_values == pytest.approx({1: heard["val_dice"], 2: float(last["val_dice"])})
 
@@ -214,15 +211,19 @@ def test_a_deadline_that_cuts_through_the_trials_leaves_records_that_name_the_ke
     )
 
 
-def _epochs_told_to_optuna(out: Path) -> list[tuple[int, float]]:
-    """Each trial of the search's Optuna study as (epochs told, the last epoch's value or -1), sorted."""
+def _study(journal: Path, name: str) -> Any:
+    """The Optuna study ``name`` as its journal file holds it."""
     import optuna
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
-    storage = JournalStorage(JournalFileBackend(str(out / RunFile.JOURNAL)))
+    return optuna.load_study(study_name=name, storage=JournalStorage(JournalFileBackend(str(journal))))
+
+
+def _epochs_told_to_optuna(out: Path) -> list[tuple[int, float]]:
+    """Each trial of the search's Optuna study as (epochs told, the last epoch's value or -1), sorted."""
     told = []
-    for trial in optuna.load_study(study_name="deadline", storage=storage).trials:
+    for trial in _study(out / RunFile.JOURNAL, "deadline").trials:
         values = trial.intermediate_values
         told.append((len(values), round(values[max(values)], 6) if values else -1.0))
     return sorted(told)
