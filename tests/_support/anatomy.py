@@ -15,10 +15,16 @@ of sampling one plane.
 Used by the tests (``tests/training``) and by ``benchmarks/search_efficiency.py``; nilearn is a
 test-only dependency, so this stays out of the ``distmis`` package.
 
-``--only 2`` keeps one tissue as the only foreground label (white matter: a binary task, the
+``--only 2`` keeps one structure as the only foreground label (white matter: a binary task, the
 one-label shape of MSD's heart, spleen or hippocampus-as-one-structure); the images are the same.
+``--only 3`` is a small structure: the lateral ventricles, which the template has no map of, so
+they are derived from it: the voxels whose most probable tissue is CSF, more than 15 mm inside the
+brain, in connected parts of at least 1 mL (the two lateral ventricles; sulcal CSF and the thin
+third ventricle fall out). They are about 2 % of the brain and 3-4.5 % of a 48 x 56 x 48 crop at
+2 mm, dark on T1; their horns are 1-2 voxels thin there, so a label has one large part and a few
+pieces of horn.
 
-    python tests/_support/anatomy.py OUT [--cases 20] [--shape 64 | X,Y,Z] [--voxel-mm 2 | X,Y,Z] [--seed 0] [--only 1|2]
+    python tests/_support/anatomy.py OUT [--cases 20] [--shape 64 | X,Y,Z] [--voxel-mm 2 | X,Y,Z] [--seed 0] [--only 1|2|3]
 """
 
 from __future__ import annotations
@@ -30,7 +36,10 @@ from pathlib import Path
 import numpy as np
 
 LABELS = {0: "background", 1: "grey matter", 2: "white matter"}
+#: what ``only`` may keep as the one foreground label; the ventricles are not a class of the multi-class task
+STRUCTURES = {1: "grey matter", 2: "white matter", 3: "lateral ventricles"}
 TISSUES = ("t1", "gm", "wm")
+VENTRICLE_DEPTH_MM, VENTRICLE_MIN_ML = 15.0, 1.0
 
 
 def _template() -> dict[str, np.ndarray]:
@@ -44,6 +53,23 @@ def _template() -> dict[str, np.ndarray]:
         img = nib.load(str(base / f"mni_icbm152_{name}_tal_nlin_sym_09a_converted.nii.gz"))
         out[name] = np.asarray(img.dataobj, dtype=np.float32) / 255.0
     return out
+
+
+def _ventricles(template: dict[str, np.ndarray]) -> np.ndarray:
+    """A 0/1 float map of the lateral ventricles at 1 mm: deep CSF in parts of at least 1 mL (the
+    template ships grey- and white-matter maps only, and the ventricles are what is CSF far from the
+    brain's surface)."""
+    from scipy import ndimage
+
+    t1, gm, wm = template["t1"], template["gm"], template["wm"]
+    brain = t1 > 0.02
+    depth = ndimage.distance_transform_edt(ndimage.binary_fill_holes(ndimage.binary_closing(brain, iterations=3)))
+    csf = np.clip(1.0 - gm - wm, 0.0, 1.0)
+    deep = brain & (csf > gm) & (csf > wm) & (depth > VENTRICLE_DEPTH_MM)
+    parts, _ = ndimage.label(deep)
+    sizes = np.bincount(parts.ravel())
+    keep = np.flatnonzero(sizes >= VENTRICLE_MIN_ML * 1000)
+    return np.isin(parts, keep[keep > 0]).astype(np.float32)
 
 
 def _slice_profile(
@@ -75,7 +101,8 @@ def make_case(
     shape: tuple[int, int, int],
     voxel_mm: float | tuple[float, float, float],
 ) -> tuple[np.ndarray, np.ndarray]:
-    """One subject: T1 image (X, Y, Z) float32 and label (X, Y, Z) uint8 in 0..2."""
+    """One subject: T1 image (X, Y, Z) float32 and label (X, Y, Z) uint8 in 0..2, or 0..3 where the
+    template carries a ``ventricles`` map (3 marks them, over the tissue class of the voxel)."""
     from scipy.ndimage import affine_transform, gaussian_filter
 
     t1 = template["t1"]
@@ -99,6 +126,8 @@ def make_case(
     rest = np.clip(1.0 - gm - wm, 0.0, 1.0)
     label = np.argmax(np.stack([rest, gm, wm]), axis=0).astype(np.uint8)
     label[warped["t1"] <= 0.02] = 0
+    if "ventricles" in warped:
+        label[(warped["ventricles"] > 0.5) & (warped["t1"] > 0.02)] = 3
 
     image = np.clip(warped["t1"], 0.0, None)
     inside = image > 0.02
@@ -122,19 +151,23 @@ def write_mni152_task(
     only: int | None = None,
 ) -> Path:
     """Write an MSD-layout dataset (dataset.json, imagesTr, labelsTr) of ``cases`` subjects; with
-    ``only`` (1 or 2), that tissue is the one foreground label (1) and every other voxel background."""
+    ``only`` (a key of ``STRUCTURES``), that structure is the one foreground label (1) and every other
+    voxel background. The images do not depend on ``only``."""
     import nibabel as nib
 
     from distmis.files import atomic_directory, write_json_atomic
 
     out = Path(out)
-    template = _slice_profile(_template(), voxel_mm)
+    if only is not None and only not in STRUCTURES:
+        raise ValueError(f"only: expected one of {sorted(STRUCTURES)} ({', '.join(STRUCTURES.values())}), got {only}")
+    template = _template()
+    if only == 3:
+        template["ventricles"] = _ventricles(template)
+    template = _slice_profile(template, voxel_mm)
     rng = np.random.default_rng(seed)
     voxel = [float(v) for v in np.broadcast_to(np.asarray(voxel_mm, dtype=float), (3,))]
     affine = np.diag([*voxel, 1.0])
-    if only is not None and only not in (1, 2):
-        raise ValueError(f"only: expected 1 (grey matter) or 2 (white matter), got {only}")
-    labels = LABELS if only is None else {0: "background", 1: LABELS[only]}
+    labels = LABELS if only is None else {0: "background", 1: STRUCTURES[only]}
     with atomic_directory(out, command="synth (mni152 test task)") as tmp:
         (tmp / "imagesTr").mkdir()
         (tmp / "labelsTr").mkdir()
@@ -151,7 +184,7 @@ def write_mni152_task(
             tmp / "dataset.json",
             {
                 "name": "MNI152_TISSUES",
-                "description": f"grey/white matter of the ICBM 2009a MNI152 template, {cases} warped subjects "
+                "description": f"{', '.join(v for k, v in labels.items() if k)} of the ICBM 2009a MNI152 template, {cases} warped subjects "
                 f"at {' x '.join(f'{v:g}' for v in voxel)} mm (seed {seed})",
                 "reference": "nilearn's MNI152 template and tissue probability maps",
                 "tensorImageSize": "3D",
@@ -173,7 +206,12 @@ def main() -> None:
     p.add_argument("--shape", default="64", help="one side, or X,Y,Z voxels")
     p.add_argument("--voxel-mm", default="2", help="one spacing, or X,Y,Z mm (thick slices: e.g. 1.5,1.5,7.5)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--only", type=int, choices=(1, 2), help="one tissue as the only label: 1 grey, 2 white matter")
+    p.add_argument(
+        "--only",
+        type=int,
+        choices=sorted(STRUCTURES),
+        help="one structure as the only label: 1 grey matter, 2 white matter, 3 lateral ventricles (small)",
+    )
     a = p.parse_args()
     sides = [int(v) for v in a.shape.split(",")]
     spacing = [float(v) for v in a.voxel_mm.split(",")]
