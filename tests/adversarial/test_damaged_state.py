@@ -13,6 +13,7 @@ from typing import Any
 import optuna
 import pytest
 from _support.searchfiles import finished_trial, write_summary
+from _support.studies import journal_storage, journal_study
 from conftest import Assets, Workspace, check_case
 
 pytestmark = pytest.mark.slow
@@ -22,8 +23,7 @@ SPACE = "  lr: {loguniform: [1.0e-3, 1.0e-2]}\n"
 
 def _journal(path: Path, trials: int = 3) -> Path:
     """A real Optuna journal with ``trials`` finished trials."""
-    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
-    study = optuna.create_study(study_name="s", storage=storage, direction="maximize")
+    study = optuna.create_study(study_name="s", storage=journal_storage(path), direction="maximize")
     for i in range(trials):
         trial = study.ask({"lr": optuna.distributions.FloatDistribution(1e-3, 1e-2, log=True)})
         study.tell(trial, 0.1 * i)
@@ -193,12 +193,9 @@ def test_a_torn_last_journal_record_is_dropped_and_kept_and_the_study_goes_on(tm
     mend_journal(path)
     assert path.read_bytes() == b"".join(line + b"\n" for line in whole.split(b"\n")[:-2])
     assert (tmp_path / "optuna.journal.torn").read_bytes() == whole.split(b"\n")[-2][:-8]
-    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
-    study = optuna.load_study(study_name="s", storage=storage)
+    study = journal_study(path, "s")
     trial = study.ask({"lr": optuna.distributions.FloatDistribution(1e-3, 1e-2, log=True)})
     study.tell(trial, 0.5)
-    reread = optuna.load_study(
-        study_name="s", storage=optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
-    )
+    reread = journal_study(path, "s")
     assert len(reread.trials) == 4 and reread.trials[-1].value == 0.5
     assert reread.trials[-2].state == optuna.trial.TrialState.RUNNING  # the torn record was its tell

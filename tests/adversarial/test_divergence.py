@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _support.studies import journal_study
 from conftest import Assets, Workspace, check_case, run_distmis
 
 pytestmark = pytest.mark.slow
@@ -45,10 +46,7 @@ def test_a_search_whose_every_trial_diverges_fails_and_cannot_be_finalized(asset
     summary = json.loads((ws.dir / "run" / "summary.json").read_text())
     assert summary["best_trial_id"] is None and summary["failed"] == 2
     assert not (ws.dir / "run" / "best").exists() and not (ws.dir / "run" / "best.yaml").exists()
-    storage = optuna.storages.JournalStorage(
-        optuna.storages.journal.JournalFileBackend(str(ws.dir / "run" / "optuna.journal"))
-    )
-    study = optuna.load_study(study_name=None, storage=storage)
+    study = journal_study(ws.dir / "run" / "optuna.journal")
     assert [t.state for t in study.trials] == [optuna.trial.TrialState.FAIL] * 2
     assert all(t.user_attrs.get("distmis_failure", "").startswith("diverged") for t in study.trials)
 

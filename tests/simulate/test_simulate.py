@@ -374,8 +374,7 @@ def test_a_simulated_study_kept_in_a_folder_can_start_the_next_with_its_trials(
     """``work`` keeps the searcher's journal; a study copied into the next search's folder is loaded
     by the searcher distmis tune builds, so its trials count before the first proposal."""
     import optuna
-    from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend
+    from _support.studies import journal_storage, journal_study
 
     from distmis.schema import RunFile
 
@@ -384,19 +383,19 @@ def test_a_simulated_study_kept_in_a_folder_can_start_the_next_with_its_trials(
     earlier.mkdir()
     later.mkdir()
 
-    def storage(folder: Path) -> JournalStorage:
-        return JournalStorage(JournalFileBackend(str(folder / RunFile.JOURNAL)))
-
     simulate_search(config, surrogate, workers=2, costs=costs, seed=1, work=earlier)
-    kept = optuna.load_study(study_name=config.name, storage=storage(earlier))
+    kept = journal_study(earlier / RunFile.JOURNAL, config.name)
     assert len(kept.trials) == 12 and all(t.state.is_finished() for t in kept.trials)
 
     optuna.copy_study(
-        from_study_name=config.name, from_storage=storage(earlier), to_storage=storage(later), to_study_name=config.name
+        from_study_name=config.name,
+        from_storage=journal_storage(earlier / RunFile.JOURNAL),
+        to_storage=journal_storage(later / RunFile.JOURNAL),
+        to_study_name=config.name,
     )
     run = simulate_search(config, surrogate, workers=2, costs=costs, seed=1, work=later)
     assert run.trials == 12  # the budget is the new search's own trials
-    assert len(optuna.load_study(study_name=config.name, storage=storage(later)).trials) == 24
+    assert len(journal_study(later / RunFile.JOURNAL, config.name).trials) == 24
 
 
 def test_cmaes_is_driven_through_the_searcher_distmis_tune_builds(tmp_path: Path, table_file: Path) -> None:

@@ -8,6 +8,7 @@ is there for. Only the budget is set here; model and loss are the defaults.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -46,3 +47,28 @@ def test_the_default_recipe_segments_grey_and_white_matter(tmp_path: Path) -> No
 #: well below what this run reaches (measured: see the module's git history / the note), far above
 #: an untrained or background-only model (0)
 GREY_FLOOR, WHITE_FLOOR = 0.5, 0.5
+
+
+def test_the_ventricles_are_a_small_binary_structure_on_the_same_images(tmp_path: Path) -> None:
+    import nibabel as nib
+    import numpy as np
+    from scipy import ndimage
+
+    kwargs = {"cases": 2, "shape": (48, 56, 48), "voxel_mm": 2.0, "seed": 3}
+    tissues = write_mni152_task(tmp_path / "tissues", **kwargs)  # type: ignore[arg-type]
+    ventricles = write_mni152_task(tmp_path / "ventricles", only=3, **kwargs)  # type: ignore[arg-type]
+    labels = json.loads((ventricles / "dataset.json").read_text())["labels"]
+    assert labels == {"0": "background", "1": "lateral ventricles"}
+    for name in ("MNI_000", "MNI_001"):
+        image = nib.load(ventricles / "imagesTr" / f"{name}.nii.gz")
+        assert np.array_equal(image.get_fdata(), nib.load(tissues / "imagesTr" / f"{name}.nii.gz").get_fdata())
+        label = np.asarray(nib.load(ventricles / "labelsTr" / f"{name}.nii.gz").dataobj)
+        tissue = np.asarray(nib.load(tissues / "labelsTr" / f"{name}.nii.gz").dataobj)
+        assert set(np.unique(label)) == {0, 1}
+        assert 0.01 < label.mean() < 0.08, label.mean()  # small: a few percent of the crop
+        parts, _ = ndimage.label(label, structure=np.ones((3, 3, 3)))
+        left_and_right = np.sort(np.bincount(parts.ravel())[1:])[-2:]
+        assert left_and_right.sum() > 0.8 * label.sum()  # the two ventricles, and a few pieces of horn
+        # CSF: darker than the white matter around it, and mostly outside both tissue classes
+        assert image.get_fdata()[label == 1].mean() < 0.8 * image.get_fdata()[tissue == 2].mean()
+        assert (tissue[label == 1] == 0).mean() > 0.5

@@ -15,6 +15,7 @@ import pytest
 import yaml
 from _support.processes import descendants, processes_under, stop_tree
 from _support.raycluster import RayHead, clean_env, stop_group
+from _support.studies import journal_study
 
 from distmis.config import ExperimentConfig, load_config
 from distmis.data import load_manifest
@@ -72,16 +73,6 @@ def space_file(
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
-
-
-def journal_study(out: Path):
-    """The search's Optuna study, read from its journal as optuna-dashboard reads it."""
-    import optuna
-    from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend
-
-    storage = JournalStorage(JournalFileBackend(str(out / "optuna.journal")))
-    return optuna.load_study(study_name=optuna.get_all_study_names(storage)[0], storage=storage)
 
 
 def read_results(out: Path) -> list[dict[str, str]]:
@@ -237,7 +228,7 @@ def test_resume_after_kill_9(prepared16: Path, tmp_path: Path) -> None:
     # the searcher came back with Tune's state: the trial cut short by the kill went on reporting into
     # the same Optuna trial, and the sampler went on from its saved random state (a sampler started
     # again from its seed would draw trial 0's learning rate once more)
-    study = journal_study(out)
+    study = journal_study(out / "optuna.journal")
     done = [t for t in study.trials if t.state.name == "COMPLETE"]
     assert len(done) == 4, [(t.number, t.state.name) for t in study.trials]
     assert all(t.state.name in ("COMPLETE", "FAIL") for t in study.trials)  # FAIL: a trial Tune never saved

@@ -11,10 +11,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
+from _support.studies import journal_study
 
 from distmis.config import SearchConfig
 from distmis.schema import RunFile
@@ -170,7 +170,7 @@ def test_an_epoch_whose_report_tune_dropped_is_counted_from_the_trials_own_recor
         searcher.suggest("t_0001")
         searcher.on_trial_result("t_0001", heard)
         searcher.on_trial_complete("t_0001", result=heard)  # Tune's last result: the first epoch
-        (told,) = _study(tmp_path / f"optuna-{max_epochs}.journal", "dropped").trials
+        (told,) = journal_study(tmp_path / f"optuna-{max_epochs}.journal", "dropped").trials
         assert told.state.name == state and told.value == pytest.approx(float(value))
         assert told.intermediate_values == pytest.approx({1: heard["val_dice"], 2: float(last["val_dice"])})
 
@@ -211,19 +211,10 @@ def test_a_deadline_that_cuts_through_the_trials_leaves_records_that_name_the_ke
     )
 
 
-def _study(journal: Path, name: str) -> Any:
-    """The Optuna study ``name`` as its journal file holds it."""
-    import optuna
-    from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend
-
-    return optuna.load_study(study_name=name, storage=JournalStorage(JournalFileBackend(str(journal))))
-
-
 def _epochs_told_to_optuna(out: Path) -> list[tuple[int, float]]:
     """Each trial of the search's Optuna study as (epochs told, the last epoch's value or -1), sorted."""
     told = []
-    for trial in _study(out / RunFile.JOURNAL, "deadline").trials:
+    for trial in journal_study(out / RunFile.JOURNAL, "deadline").trials:
         values = trial.intermediate_values
         told.append((len(values), round(values[max(values)], 6) if values else -1.0))
     return sorted(told)

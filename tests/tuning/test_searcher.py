@@ -6,6 +6,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+from _support.studies import journal_study
 
 from distmis.space import ParamSpec, define_by_run
 from distmis.tuning import OptunaSearcher, build_sampler
@@ -27,10 +28,7 @@ def searcher(journal: Path, points: list[dict] | None = None, startup: int = 2) 
 
 
 def study(journal: Path) -> optuna.Study:
-    from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend
-
-    return optuna.load_study(study_name="s", storage=JournalStorage(JournalFileBackend(str(journal))))
+    return journal_study(journal, "s")
 
 
 def epochs(s: OptunaSearcher, trial: str, values: list[float]) -> dict:
