@@ -157,3 +157,21 @@ def test_the_peer_benchmark_names_a_binary_tasks_dice_by_its_label(monkeypatch: 
     labels = {0: "background", 1: "edema", 2: "core"}
     assert peer.class_dice({"dice": 0.9}, labels) == {"foreground": 0.9}
     assert peer.class_dice({"dice": 0.85, "dice_edema": 0.9, "dice_core": 0.8}, labels) == {"edema": 0.9, "core": 0.8}
+
+
+def test_the_peer_benchmarks_nnunet_trainer_is_valid_python_with_its_budget_hooks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The trainer variant is a string written into nnU-Net's environment, so only a run with nnU-Net
+    installed would import it: its syntax, and the hooks that size it to the budget, are checked here."""
+    import ast
+    import importlib
+
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    peer = importlib.import_module("peer_nnunet")
+    tree = ast.parse(peer.TRAINER_SOURCE)
+    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+    assert set(classes) == {peer.TRAINER, peer.TRAINER_NODA}
+    methods = {f.name for f in classes[peer.TRAINER].body if isinstance(f, ast.FunctionDef)}
+    assert {"on_train_start", "run_training", "perform_actual_validation"} <= methods
+    assert "DISTMIS_PEER_STARTED" in peer.TRAINER_SOURCE and "DISTMIS_PEER_BUDGET_S" in peer.TRAINER_SOURCE
