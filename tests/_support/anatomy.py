@@ -21,8 +21,8 @@ one-label shape of MSD's heart, spleen or hippocampus-as-one-structure); the ima
 they are derived from it: the voxels whose most probable tissue is CSF, more than 15 mm inside the
 brain, in connected parts of at least 1 mL (the two lateral ventricles; sulcal CSF and the thin
 third ventricle fall out). They are about 2 % of the brain and 3-4.5 % of a 48 x 56 x 48 crop at
-2 mm, dark on T1; their horns are 1-2 voxels thin there, so a label has one large part and a few
-pieces of horn.
+2 mm, dark on T1; their horns are 1-2 voxels thin there, so a label has two large parts (left and
+right) and a few pieces of horn.
 
     python tests/_support/anatomy.py OUT [--cases 20] [--shape 64 | X,Y,Z] [--voxel-mm 2 | X,Y,Z] [--seed 0] [--only 1|2|3]
 """
@@ -184,8 +184,8 @@ def write_mni152_task(
             tmp / "dataset.json",
             {
                 "name": "MNI152_TISSUES",
-                "description": f"{', '.join(v for k, v in labels.items() if k)} of the ICBM 2009a MNI152 template, {cases} warped subjects "
-                f"at {' x '.join(f'{v:g}' for v in voxel)} mm (seed {seed})",
+                "description": f"{', '.join(v for k, v in labels.items() if k)} of the ICBM 2009a MNI152 template, "
+                f"{cases} warped subjects at {' x '.join(f'{v:g}' for v in voxel)} mm (seed {seed})",
                 "reference": "nilearn's MNI152 template and tissue probability maps",
                 "tensorImageSize": "3D",
                 "modality": {"0": "T1w"},
