@@ -37,7 +37,8 @@ import numpy as np
 
 LABELS = {0: "background", 1: "grey matter", 2: "white matter"}
 #: what ``only`` may keep as the one foreground label; the ventricles are not a class of the multi-class task
-STRUCTURES = {1: "grey matter", 2: "white matter", 3: "lateral ventricles"}
+VENTRICLES = 3
+STRUCTURES = {1: "grey matter", 2: "white matter", VENTRICLES: "lateral ventricles"}
 TISSUES = ("t1", "gm", "wm")
 VENTRICLE_DEPTH_MM, VENTRICLE_MIN_ML = 15.0, 1.0
 
@@ -102,7 +103,7 @@ def make_case(
     voxel_mm: float | tuple[float, float, float],
 ) -> tuple[np.ndarray, np.ndarray]:
     """One subject: T1 image (X, Y, Z) float32 and label (X, Y, Z) uint8 in 0..2, or 0..3 where the
-    template carries a ``ventricles`` map (3 marks them, over the tissue class of the voxel)."""
+    template carries a ``ventricles`` map (``VENTRICLES`` marks them, over the tissue class of the voxel)."""
     from scipy.ndimage import affine_transform, gaussian_filter
 
     t1 = template["t1"]
@@ -127,7 +128,7 @@ def make_case(
     label = np.argmax(np.stack([rest, gm, wm]), axis=0).astype(np.uint8)
     label[warped["t1"] <= 0.02] = 0
     if "ventricles" in warped:
-        label[(warped["ventricles"] > 0.5) & (warped["t1"] > 0.02)] = 3
+        label[(warped["ventricles"] > 0.5) & (warped["t1"] > 0.02)] = VENTRICLES
 
     image = np.clip(warped["t1"], 0.0, None)
     inside = image > 0.02
@@ -161,7 +162,7 @@ def write_mni152_task(
     if only is not None and only not in STRUCTURES:
         raise ValueError(f"only: expected one of {sorted(STRUCTURES)} ({', '.join(STRUCTURES.values())}), got {only}")
     template = _template()
-    if only == 3:
+    if only == VENTRICLES:
         template["ventricles"] = _ventricles(template)
     template = _slice_profile(template, voxel_mm)
     rng = np.random.default_rng(seed)
