@@ -353,6 +353,7 @@ def run_distmis(
         "total_seconds": init_s + tune_s + final_s,
         "predict_seconds": eval_s,
         "peak_gb": max(tune_gb, final_gb, eval_gb),
+        "stage_peak_gb": {"tune": tune_gb, "finalize": final_gb, "evaluate": eval_gb},
         "dice": dice,
     }
     result.write_text(json.dumps(data, indent=2))
@@ -463,6 +464,7 @@ def run_nnunet(python: str, raw: Path, splits: dict[str, list[str]], budget: str
         "plan_seconds": plan_s,
         "predict_seconds": predict_s,
         "peak_gb": max(train_gb, predict_gb),
+        "stage_peak_gb": {"train": train_gb, "predict": predict_gb},
         "dice": dice,
     }
     result.write_text(json.dumps(data, indent=2))
