@@ -36,7 +36,9 @@ The rules:
   when the budget allows one; 80 % of the budget, at the seconds per step measured with as many
   trials stepping at once as will run at once, buys two whole rounds of trials at once when each
   then gets 1,000 steps (four nnU-Net epochs; 500 with ``--finalize``, whose folds follow the
-  search's rounds), else one round, else fewer trials at once; the steps
+  search's rounds), else one round; fewer trials at once where each would get fewer than 1,000 steps
+  on a CPU (the cores a trial leaves idle go to the others, so the trials are longer, with no fewer
+  steps in all) or 250 on a GPU or with ``--finalize``; the steps
   left over lengthen the trials; fewer trials at once are timed again on a CPU (each has more
   cores), unless even a linear speed-up would leave one trial short of 250 steps: then only the
   smaller patch it gets is timed (and timed once more if it was still too large); no early
@@ -81,6 +83,12 @@ MIN_TRIAL_STEPS = 250
 #: trials of 600 steps scored above 4 of 300 at 5 minutes and 2 of 1,180 above 4 of 570-600 at 10, in
 #: every seed; 2 of 2,360 were level with 4 of 1,180 at 20: docs/benchmarks.md)
 ROUND_TRIAL_STEPS = 4 * MIN_TRIAL_STEPS
+#: on a CPU, trials share its cores only when each then gets this many steps, as for a second round,
+#: else fewer run at once, each on more cores: on 2 cores two trials at once stepped no more in all
+#: than one on both, and on the anatomy task 1 trial on both cores scored above 2 at once in every
+#: seed, at 2 minutes (460 steps against 250) and at 5 (1,150 against 630; docs/benchmarks.md); on a
+#: GPU an idle slot gives its trial nothing
+AT_ONCE_TRIAL_STEPS = ROUND_TRIAL_STEPS
 #: with ``--finalize``, a second round from two nnU-Net epochs a trial: finalize runs as many rounds
 #: of folds as the search ran rounds of trials, and the ensemble measured is 4 folds of about 600
 #: steps; one round would leave 2 folds, each trained on half the cases, which is not measured
@@ -412,7 +420,7 @@ def _size(
                 width = w
                 break
             seconds = base_seconds
-    patch = patches[width]
+    patch, slots = patches[width], concurrency
     concurrency, seconds, total, retime = _fewer_at_once(
         options, width=width, patch=patch, batch=batch, concurrency=concurrency, seconds=seconds, gpu=gpu
     )
@@ -437,7 +445,7 @@ def _size(
     why = _budget_text(
         options, seconds=seconds, width=width, rounds=rounds, concurrency=concurrency, total=total,
         trial_steps=epochs * (trial_steps // epochs), round_steps=round_steps,
-        patch=patch, memory_patch=memory_patch, floor=floor,
+        patch=patch, memory_patch=memory_patch, floor=floor, slots=(slots, at_once_steps(options, gpu=gpu)),
     )  # fmt: skip
     return Sizing(
         trials=trials,
@@ -452,19 +460,28 @@ def _size(
     )
 
 
+def at_once_steps(options: PlanOptions, *, gpu: bool) -> int:
+    """The steps each trial needs before trials run at once: :data:`AT_ONCE_TRIAL_STEPS` where the idle
+    slots' cores would go to fewer trials (a CPU), one nnU-Net epoch on a GPU (an idle GPU helps no
+    trial) and with ``--finalize`` (its folds run at the search's parallelism, and one trial at a time
+    would leave it one fold a round, where the ensemble measured has 4)."""
+    return MIN_TRIAL_STEPS if gpu or options.finalize else AT_ONCE_TRIAL_STEPS
+
+
 def _fewer_at_once(
     options: PlanOptions, *, width: int, patch: list[int], batch: int, concurrency: int, seconds: float, gpu: bool
 ) -> tuple[int, float, float, bool]:
     """(trials at once, step seconds, steps, whether that step is still to be timed): where the budget
-    buys fewer than 250 steps for each of ``concurrency`` trials at once, fewer run, each with the idle
-    slots' cores, and on a CPU their step is timed again as they will step it. Where even a linear
-    speed-up leaves one trial short, the patch will shrink, so the step of this one is only estimated
-    (linearly) and the patch that is trained gets the timing."""
+    buys fewer than :func:`at_once_steps` for each of ``concurrency`` trials at once, fewer run, each
+    with the idle slots' cores, and on a CPU their step is timed again as they will step it. Where even
+    a linear speed-up leaves one trial short of 250 steps, the patch will shrink, so the step of this one
+    is only estimated (linearly) and the patch that is trained gets the timing."""
     assert options.search_seconds is not None and options.step_seconds is not None
     total = options.search_seconds * TRAINING_SHARE * concurrency / seconds
-    if total >= concurrency * MIN_TRIAL_STEPS:
+    need = at_once_steps(options, gpu=gpu)
+    if total >= concurrency * need:
         return concurrency, seconds, total, False
-    fewer = max(1, int(total // MIN_TRIAL_STEPS))
+    fewer = max(1, int(total // need))
     if fewer == concurrency or not options.step_timed or gpu:  # a given step: the idle slots' go to the rest
         return fewer, seconds, total, False
     if total < MIN_TRIAL_STEPS:
@@ -501,8 +518,10 @@ def _budget_text(
     patch: list[int],
     memory_patch: list[int],
     floor: list[int],
+    slots: tuple[int, int],
 ) -> str:
-    """How the budget was spent, as the file's comment on ``train.epochs`` says it."""
+    """How the budget was spent, as the file's comment on ``train.epochs`` says it. ``slots``: the
+    trials that could run at once, and the steps each needs before they do."""
     why = (
         f"{options.search_text} at {seconds:.2f} s a step ({width} filters): {rounds} round(s) of {concurrency} "
         f"trial(s) of {trial_steps} steps"
@@ -513,8 +532,13 @@ def _budget_text(
             why += f" (the smallest patch planned, and the budget buys fewer than {MIN_TRIAL_STEPS} even of it)"
     elif trial_steps < MIN_TRIAL_STEPS:
         why += f" (the budget buys fewer than {MIN_TRIAL_STEPS} steps even for one trial)"
-    elif rounds == 1 and total >= 2 * concurrency * MIN_TRIAL_STEPS:
-        why += f" (two rounds would leave each trial under {round_steps} steps)"
+    else:
+        reasons = []
+        if concurrency < slots[0]:
+            reasons.append(f"{slots[0]} at once would leave each trial under {slots[1]} steps")
+        if rounds == 1 and total >= 2 * concurrency * MIN_TRIAL_STEPS:
+            reasons.append(f"two rounds would leave each trial under {round_steps} steps")
+        why += f" ({'; '.join(reasons)})" if reasons else ""
     return why
 
 

@@ -9,7 +9,9 @@ import math
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import pytest
 import yaml
 from conftest import write_msd
 
@@ -90,3 +92,43 @@ def test_a_smaller_patch_that_times_slower_is_not_kept(tmp_path: Path) -> None:
     plan, asked = _plan(raw, step, 300)
     assert len(asked) == 3 and first, asked
     assert plan["data"]["train"]["patch"] == list(first[0]) and _seconds(plan) == 1.2, plan["text"]
+
+
+def test_trials_share_a_cpus_cores_only_when_each_keeps_four_nnunet_epochs(tmp_path: Path) -> None:
+    """On a CPU, two trials at once that would each get under 1,000 steps give way to one on every core,
+    timed again that way, and the file says why; from 1,000 steps each they share the cores. On a GPU,
+    and with ``--finalize`` (whose folds run at the search's parallelism), one nnU-Net epoch each is
+    enough, as before."""
+    from distmis.data import AT_ONCE_TRIAL_STEPS
+
+    raw = write_msd(tmp_path / "raw", cases=10, shape=(32, 32, 32))
+    fp, modalities = fingerprint(raw, workers=1), list(read_dataset_json(raw).modalities)
+
+    def plan(budget_seconds: float, **options: Any) -> tuple[dict, list[int], str]:
+        asked: list[int] = []
+
+        def step(filters: int, patch: tuple[int, int, int], batch: int, at_once: int) -> float:
+            asked.append(at_once)
+            return 0.38 if at_once > 1 else 0.21  # two at once step no more in all than one on both cores
+
+        o = PlanOptions(budget_seconds=budget_seconds, budget_text="B", step_seconds=step, step_timed=True, **options)
+        text = plan_search(fp, source="raw", name="t", modalities=modalities, options=o)
+        return yaml.safe_load(text), asked, text
+
+    # 5 minutes buy 2 x 240 s / 0.38 s = 1,263 steps at 2 at once: 630 each, so one trial on both cores
+    for budget in (120, 300):
+        data, asked, text = plan(budget)
+        assert asked == [2, 1] and data["search"]["max_concurrent_trials"] == 1, (asked, text)
+        assert data["search"]["num_samples"] == 1 and data["parallelism"]["cpus_per_worker"] == 2
+        steps = data["train"]["epochs"] * data["train"]["steps_per_epoch"]
+        assert steps == pytest.approx(budget * 0.8 / 0.21, rel=0.03) and "at 0.21 s a step" in text, text
+        assert f"2 at once would leave each trial under {AT_ONCE_TRIAL_STEPS} steps" in text
+    # 10 minutes buy 1,260 each at 2 at once: they share the cores
+    data, asked, text = plan(600)
+    assert asked == [2] and data["search"]["max_concurrent_trials"] == 2, (asked, text)
+    assert data["parallelism"]["cpus_per_worker"] == 1 and "at once would leave" not in text
+    # on a GPU, and with --finalize, 250 steps each are enough to run at once
+    for options in ({"gpu_memory_gb": 80.0, "concurrency": 2}, {"finalize": True}):
+        data, asked, text = plan(120 if "gpu_memory_gb" in options else 240, **options)
+        assert data["search"]["max_concurrent_trials"] == 2 and asked == [2], (options, asked, text)
+        assert data["train"]["epochs"] * data["train"]["steps_per_epoch"] < AT_ONCE_TRIAL_STEPS, text
