@@ -59,7 +59,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--workers",
         type=positive_int,
         default=None,
-        help="trials at once: GPUs with --gpu-memory, else CPU slots sharing this machine's cores (default 1 GPU, 2 CPU)",
+        help="trials at once: GPUs with --gpu-memory, else CPU slots sharing this machine's cores (default 1 GPU, "
+        "2 CPU); with --budget, fewer where each would get under 1,000 steps on a CPU (250 on a GPU or with --finalize)",
     )
     p.add_argument(
         "--step-seconds",

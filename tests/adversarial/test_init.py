@@ -202,7 +202,8 @@ def test_a_budget_is_spent_on_trials_that_train(tmp_path: Path) -> None:
         # --step-seconds is the recipe's 32-filter step; a CPU plan may narrow it, at the square of the width
         step = seconds * (config.model.filters / 32) ** 2
         assert f"{step:.2f} s a step ({config.model.filters} filters)" in text
-        assert rounds * trial_steps * step <= budget_s * TRAINING_SHARE + 1e-6, (budget, text)
+        # in step-seconds over the --workers slots: fewer trials at once get the idle slots' cores
+        assert rounds * trial_steps * step * concurrency <= budget_s * TRAINING_SHARE * workers + 1e-6, (budget, text)
         if budget_s * TRAINING_SHARE * concurrency / step >= MIN_TRIAL_STEPS:
             assert trial_steps >= MIN_TRIAL_STEPS * 0.99, (budget, trial_steps)
         assert config.search.scheduler.type == "none"
@@ -212,22 +213,29 @@ def test_a_budget_is_spent_on_trials_that_train(tmp_path: Path) -> None:
 
 def test_a_second_round_of_trials_only_when_each_trial_stays_long(tmp_path: Path) -> None:
     """Between one round of trials and two, the longer trials win until each of two rounds keeps four
-    nnU-Net epochs: at 0.4 s a step on 2 workers, 5 minutes is 2 trials of 600 steps, not 4 of 300, and 10
-    minutes 2 of 1,200, not 4 of 600; 20 minutes is 4 trials of 1,200. With ``--finalize`` the search
-    keeps two rounds from two nnU-Net epochs a trial, so that its folds are the 4 measured, not 2."""
+    nnU-Net epochs: at 0.4 s a step on 2 workers, 10 minutes is 2 trials of 1,200 steps, not 4 of 600;
+    20 minutes is 4 trials of 1,200. Two trials at once on a CPU keep 1,000 steps each as well, so 5
+    minutes is 1 trial of 1,200 steps on both slots, not 2 of 600. With ``--finalize`` the search keeps
+    two rounds from two nnU-Net epochs a trial, so that its folds are the 4 measured, not 2."""
     from distmis.data import FINALIZE_ROUND_TRIAL_STEPS, MIN_TRIAL_STEPS, ROUND_TRIAL_STEPS, TRAINING_SHARE
 
     raw = write_msd(tmp_path / "raw", cases=10, shape=(32, 32, 32))
-    plans = (("5m", [], 2), ("10m", [], 2), ("20m", [], 4), ("20m", ["--finalize"], 4), ("10m", ["--finalize"], 2))
-    for budget, extra, trials in plans:
+    plans = (
+        ("5m", [], 1, 1), ("10m", [], 2, 2), ("20m", [], 4, 2), ("20m", ["--finalize"], 4, 2),
+        ("10m", ["--finalize"], 2, 2),
+    )  # fmt: skip
+    for budget, extra, trials, at_once in plans:
         args = ["--budget", budget, "--step-seconds", "0.4", "--workers", "2", *extra]
         config, _, text = _claims(tmp_path, raw, *args)
         total = config.search.time_budget_seconds() * TRAINING_SHARE * 2 / 0.4
         trial_steps = config.train.epochs * config.train.steps_per_epoch
-        assert (config.search.num_samples, config.search.max_concurrent_trials) == (trials, 2), (args, text)
+        assert (config.search.num_samples, config.search.max_concurrent_trials) == (trials, at_once), (args, text)
         assert trial_steps == pytest.approx(total / trials, rel=0.05), (args, text)
-        rounds = trials // 2
-        assert f"{rounds} round(s) of 2 trial(s) of {trial_steps} steps" in text
+        rounds = trials // at_once
+        assert f"{rounds} round(s) of {at_once} trial(s) of {trial_steps} steps" in text
+        if at_once < 2:
+            assert f"2 at once would leave each trial under {ROUND_TRIAL_STEPS} steps" in text, (args, text)
+            continue
         needed = FINALIZE_ROUND_TRIAL_STEPS if extra else ROUND_TRIAL_STEPS
         assert (rounds == 2) == (total >= 2 * 2 * needed), (args, text)
         if rounds == 1 and total >= 2 * 2 * MIN_TRIAL_STEPS:
@@ -289,20 +297,21 @@ def test_a_budget_with_finalize_leaves_finalize_its_half(tmp_path: Path) -> None
 def test_a_budget_times_the_planned_network_here(tmp_path: Path) -> None:
     """Without ``--step-seconds`` init times the planned network here, at the batch it plans and with as
     many trials stepping at once as will run: 3 cases leave 1 to train, so its steps are timed at a batch
-    of 1, not at nnU-Net's 2; a budget too short for two trials of an nnU-Net epoch each times again
-    with one trial on all the cores, which is how its one trial will step."""
+    of 1, not at nnU-Net's 2; a budget too short for two trials of four nnU-Net epochs each times again
+    with one trial on all the cores, which is how its one trial will step. (10 minutes buy two trials
+    at once their 1,000 steps each at any step under 0.48 s; a 16^3 step at batch 1 takes well under.)"""
     from distmis.config import load_config
 
     raw = write_msd(tmp_path / "raw", cases=3, shape=(16, 16, 16))
-    result = _init(tmp_path, raw, "--budget", "3m")
+    result = _init(tmp_path, raw, "--budget", "10m")
     assert "batch 1; 2 trials at once)" in result.stderr and "batch 2" not in result.stderr, result.stderr[-2000:]
     assert "batch 1)" not in result.stderr, result.stderr[-2000:]  # two trials at once: timed once, that way
     text = (tmp_path / "plan.yaml").read_text()
     config = load_config(tmp_path / "plan.yaml", require_space=True)
-    assert "s a step" in text and config.search.time_budget == "3m"
+    assert "s a step" in text and config.search.time_budget == "10m"
     assert config.train.batch_size_per_replica == 1 and config.search.max_concurrent_trials == 2
     assert config.train.epochs * config.train.steps_per_epoch >= 1
-    # 1 s buys no two trials of 250 steps at any step a U-Net takes on a CPU: one trial, timed alone
+    # 1 s buys no two trials of 1,000 steps at any step a U-Net takes on a CPU: one trial, timed alone
     result = _init(tmp_path, raw, "--budget", "1s", "--overwrite")
     timings = [line for line in result.stderr.splitlines() if "timing training steps" in line]
     assert len(timings) >= 2 and "2 trials at once)" in timings[0] and "batch 1)" in timings[1], timings
