@@ -60,7 +60,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=None,
         help="trials at once: GPUs with --gpu-memory, else CPU slots sharing this machine's cores (default 1 GPU, "
-        "2 CPU); with --budget, fewer where each would get under 1,000 steps on a CPU (250 on a GPU or with --finalize)",
+        "2 CPU); with --budget on a CPU, fewer where each would get under 1,000 steps (250 with --finalize)",
     )
     p.add_argument(
         "--step-seconds",

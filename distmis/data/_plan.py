@@ -36,9 +36,10 @@ The rules:
   when the budget allows one; 80 % of the budget, at the seconds per step measured with as many
   trials stepping at once as will run at once, buys two whole rounds of trials at once when each
   then gets 1,000 steps (four nnU-Net epochs; 500 with ``--finalize``, whose folds follow the
-  search's rounds), else one round; fewer trials at once where each would get fewer than 1,000 steps
-  on a CPU (the cores a trial leaves idle go to the others, so the trials are longer, with no fewer
-  steps in all) or 250 on a GPU or with ``--finalize``; the steps
+  search's rounds), else one round; on a CPU fewer trials at once where each would get fewer than
+  1,000 steps (250 with ``--finalize``): the cores a trial leaves idle go to the others, so the
+  trials are longer, with no fewer steps in all (on a GPU every trial runs: an idle GPU would
+  lengthen none, and a trial short of 250 steps gets a smaller patch); the steps
   left over lengthen the trials; fewer trials at once are timed again on a CPU (each has more
   cores), unless even a linear speed-up would leave one trial short of 250 steps: then only the
   smaller patch it gets is timed (and timed once more if it was still too large); no early
@@ -86,8 +87,7 @@ ROUND_TRIAL_STEPS = 4 * MIN_TRIAL_STEPS
 #: on a CPU, trials share its cores only when each then gets this many steps, as for a second round,
 #: else fewer run at once, each on more cores: on 2 cores two trials at once stepped no more in all
 #: than one on both, and on the anatomy task 1 trial on both cores scored above 2 at once in every
-#: seed, at 2 minutes (460 steps against 250) and at 5 (1,150 against 630; docs/benchmarks.md); on a
-#: GPU an idle slot gives its trial nothing
+#: seed, at 2 minutes (460 steps against 250) and at 5 (1,150 against 630; docs/benchmarks.md)
 AT_ONCE_TRIAL_STEPS = ROUND_TRIAL_STEPS
 #: with ``--finalize``, a second round from two nnU-Net epochs a trial: finalize runs as many rounds
 #: of folds as the search ran rounds of trials, and the ensemble measured is 4 folds of about 600
@@ -425,13 +425,13 @@ def _size(
         options, width=width, patch=patch, batch=batch, concurrency=concurrency, seconds=seconds, gpu=gpu
     )
     memory_patch, floor = patch, _patch_floor(patch, topology.divisors())
-    if total < MIN_TRIAL_STEPS:  # even one trial is short of an nnU-Net epoch: a smaller patch
-        patch, seconds, total = _smaller_patch(
-            options, patch, seconds=seconds, total=total, batch=batch, concurrency=concurrency,
+    if total / concurrency < MIN_TRIAL_STEPS:  # even each trial at once is short of an nnU-Net epoch
+        patch, seconds, one = _smaller_patch(
+            options, patch, seconds=seconds, total=total / concurrency, batch=batch, concurrency=concurrency,
             work=lambda p: conv_work(p, topology=topology, filters=width, max_filters=mf, channels=channels),
             filters=width, divisors=topology.divisors(), floor=floor,
         )  # fmt: skip
-        retime = retime and patch == memory_patch
+        total, retime = one * concurrency, retime and patch == memory_patch
     if retime:  # the patch could not shrink: its own step, timed as its trials will step
         seconds = options.step_seconds(width, tuple(patch), batch, concurrency)  # type: ignore[arg-type]
         total = options.search_seconds * TRAINING_SHARE * concurrency / seconds
@@ -461,28 +461,31 @@ def _size(
 
 
 def at_once_steps(options: PlanOptions, *, gpu: bool) -> int:
-    """The steps each trial needs before trials run at once: :data:`AT_ONCE_TRIAL_STEPS` where the idle
-    slots' cores would go to fewer trials (a CPU), one nnU-Net epoch on a GPU (an idle GPU helps no
-    trial) and with ``--finalize`` (its folds run at the search's parallelism, and one trial at a time
-    would leave it one fold a round, where the ensemble measured has 4)."""
-    return MIN_TRIAL_STEPS if gpu or options.finalize else AT_ONCE_TRIAL_STEPS
+    """The steps each trial needs before trials share a CPU's cores: :data:`AT_ONCE_TRIAL_STEPS`, or
+    one nnU-Net epoch with ``--finalize`` (its folds run at the search's parallelism, and one trial at
+    a time would leave it one fold a round, where the ensemble measured has 4). On a GPU none: an idle
+    GPU would lengthen no other trial."""
+    if gpu:
+        return 0
+    return MIN_TRIAL_STEPS if options.finalize else AT_ONCE_TRIAL_STEPS
 
 
 def _fewer_at_once(
     options: PlanOptions, *, width: int, patch: list[int], batch: int, concurrency: int, seconds: float, gpu: bool
 ) -> tuple[int, float, float, bool]:
     """(trials at once, step seconds, steps, whether that step is still to be timed): where the budget
-    buys fewer than :func:`at_once_steps` for each of ``concurrency`` trials at once, fewer run, each
-    with the idle slots' cores, and on a CPU their step is timed again as they will step it. Where even
-    a linear speed-up leaves one trial short of 250 steps, the patch will shrink, so the step of this one
-    is only estimated (linearly) and the patch that is trained gets the timing."""
+    buys fewer than :func:`at_once_steps` for each of ``concurrency`` trials at once on a CPU, fewer
+    run, each with the idle slots' cores, and their step is timed again as they will step it. Where
+    even a linear speed-up leaves one trial short of 250 steps, the patch will shrink, so the step of
+    this one is only estimated (linearly) and the patch that is trained gets the timing. On a GPU a
+    trial steps on its own GPU however many run, so all of them do (and a short one a smaller patch)."""
     assert options.search_seconds is not None and options.step_seconds is not None
     total = options.search_seconds * TRAINING_SHARE * concurrency / seconds
     need = at_once_steps(options, gpu=gpu)
-    if total >= concurrency * need:
+    if total >= concurrency * need or gpu:  # an idle GPU would lengthen no other trial: every one runs
         return concurrency, seconds, total, False
     fewer = max(1, int(total // need))
-    if fewer == concurrency or not options.step_timed or gpu:  # a given step: the idle slots' go to the rest
+    if fewer == concurrency or not options.step_timed:  # a given step: the idle slots' go to the rest
         return fewer, seconds, total, False
     if total < MIN_TRIAL_STEPS:
         return fewer, seconds * fewer / concurrency, total, True

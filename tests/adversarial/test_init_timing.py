@@ -127,8 +127,30 @@ def test_trials_share_a_cpus_cores_only_when_each_keeps_four_nnunet_epochs(tmp_p
     data, asked, text = plan(600)
     assert asked == [2] and data["search"]["max_concurrent_trials"] == 2, (asked, text)
     assert data["parallelism"]["cpus_per_worker"] == 1 and "at once would leave" not in text
-    # on a GPU, and with --finalize, 250 steps each are enough to run at once
-    for options in ({"gpu_memory_gb": 80.0, "concurrency": 2}, {"finalize": True}):
-        data, asked, text = plan(120 if "gpu_memory_gb" in options else 240, **options)
-        assert data["search"]["max_concurrent_trials"] == 2 and asked == [2], (options, asked, text)
-        assert data["train"]["epochs"] * data["train"]["steps_per_epoch"] < AT_ONCE_TRIAL_STEPS, text
+    # with --finalize, 250 steps each are enough to run at once
+    data, asked, text = plan(240, finalize=True)
+    assert data["search"]["max_concurrent_trials"] == 2 and asked == [2], (asked, text)
+    assert data["train"]["epochs"] * data["train"]["steps_per_epoch"] < AT_ONCE_TRIAL_STEPS, text
+
+
+def test_a_short_budget_on_gpus_keeps_every_gpu_and_each_trial_in_its_time(tmp_path: Path) -> None:
+    """A trial steps on its own GPU however many others run, so fewer at once would lengthen none: 8
+    GPUs whose trials each buy under 250 steps of the whole volume all run, each on a smaller patch,
+    and no trial is planned longer than the budget's training share."""
+    raw = write_msd(tmp_path / "raw", cases=10, shape=(48, 64, 48))
+
+    def step(filters: int, patch: tuple[int, int, int], batch: int, at_once: int) -> float:
+        return 0.05 + 4e-6 * math.prod(patch)  # 0.64 s for the whole volume: 150 steps in 96 s
+
+    options = PlanOptions(
+        budget_seconds=120, budget_text="2m", step_seconds=step, step_timed=True, gpu_memory_gb=80.0, concurrency=8
+    )
+    modalities = list(read_dataset_json(raw).modalities)
+    text = plan_search(fingerprint(raw, workers=1), source="raw", name="t", modalities=modalities, options=options)
+    data = yaml.safe_load(text)
+    assert data["search"]["max_concurrent_trials"] == 8 and data["search"]["num_samples"] == 8, text
+    patch = tuple(data["train"]["patch"])
+    assert math.prod(patch) < 48 * 64 * 48, text
+    steps = data["train"]["epochs"] * data["train"]["steps_per_epoch"]
+    assert steps * step(8, patch, 2, 8) <= 120 * 0.8 * 1.01, (steps, patch, text)  # type: ignore[arg-type]
+    assert steps >= MIN_TRIAL_STEPS * 0.99, (steps, patch, text)
