@@ -420,9 +420,9 @@ def _size(
                 width = w
                 break
             seconds = base_seconds
-    patch, slots = patches[width], concurrency
+    patch, slots, need = patches[width], concurrency, at_once_steps(options, gpu=gpu)
     concurrency, seconds, total, retime = _fewer_at_once(
-        options, width=width, patch=patch, batch=batch, concurrency=concurrency, seconds=seconds, gpu=gpu
+        options, width=width, patch=patch, batch=batch, concurrency=concurrency, seconds=seconds, need=need
     )
     memory_patch, floor = patch, _patch_floor(patch, topology.divisors())
     if total / concurrency < MIN_TRIAL_STEPS:  # even each trial at once is short of an nnU-Net epoch
@@ -445,7 +445,7 @@ def _size(
     why = _budget_text(
         options, seconds=seconds, width=width, rounds=rounds, concurrency=concurrency, total=total,
         trial_steps=epochs * (trial_steps // epochs), round_steps=round_steps,
-        patch=patch, memory_patch=memory_patch, floor=floor, slots=(slots, at_once_steps(options, gpu=gpu)),
+        patch=patch, memory_patch=memory_patch, floor=floor, slots=(slots, need),
     )  # fmt: skip
     return Sizing(
         trials=trials,
@@ -471,18 +471,18 @@ def at_once_steps(options: PlanOptions, *, gpu: bool) -> int:
 
 
 def _fewer_at_once(
-    options: PlanOptions, *, width: int, patch: list[int], batch: int, concurrency: int, seconds: float, gpu: bool
+    options: PlanOptions, *, width: int, patch: list[int], batch: int, concurrency: int, seconds: float, need: int
 ) -> tuple[int, float, float, bool]:
     """(trials at once, step seconds, steps, whether that step is still to be timed): where the budget
-    buys fewer than :func:`at_once_steps` for each of ``concurrency`` trials at once on a CPU, fewer
-    run, each with the idle slots' cores, and their step is timed again as they will step it. Where
-    even a linear speed-up leaves one trial short of 250 steps, the patch will shrink, so the step of
-    this one is only estimated (linearly) and the patch that is trained gets the timing. On a GPU a
-    trial steps on its own GPU however many run, so all of them do (and a short one a smaller patch)."""
+    buys fewer than ``need`` steps (:func:`at_once_steps`) for each of ``concurrency`` trials at once
+    on a CPU, fewer run, each with the idle slots' cores, and their step is timed again as they will
+    step it. Where even a linear speed-up leaves one trial short of 250 steps, the patch will shrink,
+    so the step of this one is only estimated (linearly) and the patch that is trained gets the
+    timing. On a GPU a trial steps on its own GPU however many run, so all of them do (and a short
+    one a smaller patch)."""
     assert options.search_seconds is not None and options.step_seconds is not None
     total = options.search_seconds * TRAINING_SHARE * concurrency / seconds
-    need = at_once_steps(options, gpu=gpu)
-    if total >= concurrency * need or gpu:  # an idle GPU would lengthen no other trial: every one runs
+    if total >= concurrency * need:  # on a GPU always (``need`` 0): an idle GPU lengthens no other trial
         return concurrency, seconds, total, False
     fewer = max(1, int(total // need))
     if fewer == concurrency or not options.step_timed:  # a given step: the idle slots' go to the rest

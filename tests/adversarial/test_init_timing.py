@@ -96,9 +96,9 @@ def test_a_smaller_patch_that_times_slower_is_not_kept(tmp_path: Path) -> None:
 
 def test_trials_share_a_cpus_cores_only_when_each_keeps_four_nnunet_epochs(tmp_path: Path) -> None:
     """On a CPU, two trials at once that would each get under 1,000 steps give way to one on every core,
-    timed again that way, and the file says why; from 1,000 steps each they share the cores. On a GPU,
-    and with ``--finalize`` (whose folds run at the search's parallelism), one nnU-Net epoch each is
-    enough, as before."""
+    timed again that way, and the file says why; from 1,000 steps each they share the cores. With
+    ``--finalize`` (whose folds run at the search's parallelism), one nnU-Net epoch each is enough, as
+    before."""
     from distmis.data import AT_ONCE_TRIAL_STEPS
 
     raw = write_msd(tmp_path / "raw", cases=10, shape=(32, 32, 32))
