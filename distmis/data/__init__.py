@@ -29,6 +29,7 @@ from distmis.data._normalize import SCHEMES as NORMALIZATIONS
 from distmis.data._normalize import channel_schemes, is_ct, normalize, zscore_nonzero
 from distmis.data._normalize import describe as describe_normalisation
 from distmis.data._plan import (
+    AT_ONCE_KEPT_SHARE,
     AT_ONCE_TRIAL_STEPS,
     FINALIZE_ROUND_TRIAL_STEPS,
     MIN_TRIAL_STEPS,
@@ -79,6 +80,7 @@ __all__ = [
     "augment_spatial_parameters",
     "INIT_HEADER",
     "MIN_TRIAL_STEPS",
+    "AT_ONCE_KEPT_SHARE",
     "AT_ONCE_TRIAL_STEPS",
     "FINALIZE_ROUND_TRIAL_STEPS",
     "ROUND_TRIAL_STEPS",

@@ -38,13 +38,14 @@ The rules:
   then gets 1,000 steps (four nnU-Net epochs; 500 with ``--finalize``, whose folds follow the
   search's rounds), else one round; on a CPU fewer trials at once where each would get fewer than
   1,000 steps (250 with ``--finalize``): the cores a trial leaves idle go to the others, so the
-  trials are longer, with no fewer steps in all (on a GPU every trial runs: an idle GPU would
-  lengthen none, and a trial short of 250 steps gets a smaller patch); the steps
-  left over lengthen the trials; fewer trials at once are timed again on a CPU (each has more
-  cores), unless even a linear speed-up would leave one trial short of 250 steps: then only the
-  smaller patch it gets is timed (and timed once more if it was still too large); no early
-  stopping (every trial finishes), and the search stops at the deadline
-  (``search.time_budget``). Without a budget: 8 trials of 12 epochs, each at least 250 steps;
+  trials are longer, with no fewer steps in all, unless, timed, the fewer trials step under two
+  thirds as much in all, and each trial at once still gets 250 steps: then all run (on a GPU every
+  trial runs: an idle GPU would lengthen none, and a trial short of 250 steps gets a smaller patch);
+  the steps left over lengthen the trials; fewer trials at once are timed again on a CPU (each has
+  more cores), unless even a linear speed-up would leave one trial short of 250 steps: then only the
+  smaller patch it gets is timed (and timed once more if it was still too large); no early stopping
+  (every trial finishes), and the search stops at the deadline (``search.time_budget``). Without a
+  budget: 8 trials of 12 epochs, each at least 250 steps;
 - **finalize** (``--budget B --finalize``): the search is planned for half of B, and the file's
   ``finalize`` section has ``distmis finalize`` cross-validate the best configuration alone (no
   pairs) on as many rounds of folds at the search's parallelism as the search ran rounds of trials
@@ -89,6 +90,11 @@ ROUND_TRIAL_STEPS = 4 * MIN_TRIAL_STEPS
 #: than one on both, and on the anatomy task 1 trial on both cores scored above 2 at once in every
 #: seed, at 2 minutes (460 steps against 250) and at 5 (1,150 against 630; docs/benchmarks.md)
 AT_ONCE_TRIAL_STEPS = ROUND_TRIAL_STEPS
+#: fewer trials at once on a CPU only where, timed on the cores they then have, they step at least this
+#: share of what every slot's trial steps at once: on 2 cores one trial stepped about as much as two at
+#: once (init timed 0.80-0.96 of it, the search 1.04) and its longer trial scored higher, but where a
+#: trial's threads scale worse (many cores) fewer trials would give up steps as well as configurations
+AT_ONCE_KEPT_SHARE = 2 / 3
 #: with ``--finalize``, a second round from two nnU-Net epochs a trial: finalize runs as many rounds
 #: of folds as the search ran rounds of trials, and the ensemble measured is 4 folds of about 600
 #: steps; one round would leave 2 folds, each trained on half the cases, which is not measured
@@ -421,9 +427,10 @@ def _size(
                 break
             seconds = base_seconds
     patch, slots, need = patches[width], concurrency, at_once_steps(options, gpu=gpu)
-    concurrency, seconds, total, retime = _fewer_at_once(
+    at_once = _fewer_at_once(
         options, width=width, patch=patch, batch=batch, concurrency=concurrency, seconds=seconds, need=need
     )
+    concurrency, seconds, total, retime = at_once.concurrency, at_once.seconds, at_once.total, at_once.retime
     memory_patch, floor = patch, _patch_floor(patch, topology.divisors())
     if total / concurrency < MIN_TRIAL_STEPS:  # even each trial at once is short of an nnU-Net epoch
         patch, seconds, one = _smaller_patch(
@@ -445,7 +452,7 @@ def _size(
     why = _budget_text(
         options, seconds=seconds, width=width, rounds=rounds, concurrency=concurrency, total=total,
         trial_steps=epochs * (trial_steps // epochs), round_steps=round_steps,
-        patch=patch, memory_patch=memory_patch, floor=floor, slots=(slots, need),
+        patch=patch, memory_patch=memory_patch, floor=floor, slots=(slots, need), kept=at_once.kept,
     )  # fmt: skip
     return Sizing(
         trials=trials,
@@ -470,27 +477,44 @@ def at_once_steps(options: PlanOptions, *, gpu: bool) -> int:
     return MIN_TRIAL_STEPS if options.finalize else AT_ONCE_TRIAL_STEPS
 
 
+@dataclass(frozen=True)
+class AtOnce:
+    """How many trials run at once, at what step, buying how many steps in all."""
+
+    concurrency: int
+    seconds: float
+    total: float
+    #: the step is still to be timed (it was only estimated, for a patch that will shrink)
+    retime: bool = False
+    #: (fewer trials timed, the share of these steps they would step) where all of them run anyway
+    kept: tuple[int, float] | None = None
+
+
 def _fewer_at_once(
     options: PlanOptions, *, width: int, patch: list[int], batch: int, concurrency: int, seconds: float, need: int
-) -> tuple[int, float, float, bool]:
-    """(trials at once, step seconds, steps, whether that step is still to be timed): where the budget
-    buys fewer than ``need`` steps (:func:`at_once_steps`) for each of ``concurrency`` trials at once
-    on a CPU, fewer run, each with the idle slots' cores, and their step is timed again as they will
-    step it. Where even a linear speed-up leaves one trial short of 250 steps, the patch will shrink,
-    so the step of this one is only estimated (linearly) and the patch that is trained gets the
-    timing. On a GPU a trial steps on its own GPU however many run, so all of them do (and a short
-    one a smaller patch)."""
+) -> AtOnce:
+    """Where the budget buys fewer than ``need`` steps (:func:`at_once_steps`) for each of
+    ``concurrency`` trials at once on a CPU, fewer run, each with the idle slots' cores, and their step
+    is timed again as they will step it; if that timing steps under :data:`AT_ONCE_KEPT_SHARE` of what
+    all of them would, every trial runs after all, where each still gets 250 steps. Where even a linear speed-up leaves one trial short
+    of 250 steps, the patch will shrink, so the step of this one is only estimated (linearly) and the
+    patch that is trained gets the timing. On a GPU a trial steps on its own GPU however many run, so
+    all of them do (and a short one a smaller patch)."""
     assert options.search_seconds is not None and options.step_seconds is not None
     total = options.search_seconds * TRAINING_SHARE * concurrency / seconds
     if total >= concurrency * need:  # on a GPU always (``need`` 0): an idle GPU lengthens no other trial
-        return concurrency, seconds, total, False
+        return AtOnce(concurrency, seconds, total)
     fewer = max(1, int(total // need))
     if fewer == concurrency or not options.step_timed:  # a given step: the idle slots' go to the rest
-        return fewer, seconds, total, False
+        return AtOnce(fewer, seconds, total)
     if total < MIN_TRIAL_STEPS:
-        return fewer, seconds * fewer / concurrency, total, True
-    seconds = options.step_seconds(width, tuple(patch), batch, fewer)  # type: ignore[arg-type]
-    return fewer, seconds, options.search_seconds * TRAINING_SHARE * fewer / seconds, False
+        return AtOnce(fewer, seconds * fewer / concurrency, total, retime=True)
+    alone = options.step_seconds(width, tuple(patch), batch, fewer)  # type: ignore[arg-type]
+    fewer_total = options.search_seconds * TRAINING_SHARE * fewer / alone
+    # the cores speed the fewer trials up too little, and each of all of them still gets an nnU-Net epoch
+    if fewer_total < AT_ONCE_KEPT_SHARE * total and total >= concurrency * MIN_TRIAL_STEPS:
+        return AtOnce(concurrency, seconds, total, kept=(fewer, fewer_total / total))
+    return AtOnce(fewer, alone, fewer_total)
 
 
 def _unbudgeted(concurrency: int, *, filters: int, patch: list[int]) -> Sizing:
@@ -522,9 +546,11 @@ def _budget_text(
     memory_patch: list[int],
     floor: list[int],
     slots: tuple[int, int],
+    kept: tuple[int, float] | None = None,
 ) -> str:
     """How the budget was spent, as the file's comment on ``train.epochs`` says it. ``slots``: the
-    trials that could run at once, and the steps each needs before they do."""
+    trials that could run at once, and the steps each needs before they do; ``kept``: the fewer
+    trials timed, and the share of the steps they would step, where all of them run anyway."""
     why = (
         f"{options.search_text} at {seconds:.2f} s a step ({width} filters): {rounds} round(s) of {concurrency} "
         f"trial(s) of {trial_steps} steps"
@@ -539,6 +565,11 @@ def _budget_text(
         reasons = []
         if concurrency < slots[0]:
             reasons.append(f"{slots[0]} at once would leave each trial under {slots[1]} steps")
+        if kept is not None:
+            reasons.append(
+                f"{kept[0]} at once on all the cores would step {kept[1]:.0%} as much in all, under "
+                f"{AT_ONCE_KEPT_SHARE:.0%}, so all {concurrency} run though each gets under {slots[1]} steps"
+            )
         if rounds == 1 and total >= 2 * concurrency * MIN_TRIAL_STEPS:
             reasons.append(f"two rounds would leave each trial under {round_steps} steps")
         why += f" ({'; '.join(reasons)})" if reasons else ""

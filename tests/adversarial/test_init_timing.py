@@ -133,6 +133,50 @@ def test_trials_share_a_cpus_cores_only_when_each_keeps_four_nnunet_epochs(tmp_p
     assert data["train"]["epochs"] * data["train"]["steps_per_epoch"] < AT_ONCE_TRIAL_STEPS, text
 
 
+def test_fewer_trials_at_once_are_kept_only_where_the_cores_speed_them_up(tmp_path: Path) -> None:
+    """Fewer trials at once buy longer trials only where the cores the others leave speed them up: timed
+    at under two thirds of the steps in all that every slot steps at once (a trial's threads scale
+    worse than linearly on many cores), all of them run after all, and the file says why; at two
+    thirds or more, fewer run. Where each trial at once would be short of an nnU-Net epoch, fewer run
+    whatever the speed-up."""
+    from distmis.data import AT_ONCE_KEPT_SHARE, AT_ONCE_TRIAL_STEPS
+
+    raw = write_msd(tmp_path / "raw", cases=10, shape=(32, 32, 32))
+    fp, modalities = fingerprint(raw, workers=1), list(read_dataset_json(raw).modalities)
+
+    def plan(budget_seconds: float, steps: dict[int, float], slots: int) -> tuple[dict, list[int], str]:
+        asked: list[int] = []
+
+        def step(filters: int, patch: tuple[int, int, int], batch: int, at_once: int) -> float:
+            asked.append(at_once)
+            return steps[at_once]
+
+        o = PlanOptions(
+            budget_seconds=budget_seconds, budget_text="B", step_seconds=step, step_timed=True, concurrency=slots
+        )
+        text = plan_search(fp, source="raw", name="t", modalities=modalities, options=o)
+        return yaml.safe_load(text), asked, text
+
+    # 5 minutes at 0.38 s a step with 2 at once: 630 steps each; alone at 0.30 s, 800 (63 % as much in all)
+    data, asked, text = plan(300, {2: 0.38, 1: 0.30}, 2)
+    assert asked == [2, 1] and data["search"]["max_concurrent_trials"] == 2, (asked, text)
+    assert data["search"]["num_samples"] == 2 and data["parallelism"]["cpus_per_worker"] == 1
+    assert _steps({"data": data}) == pytest.approx(2 * 240 / 0.38 / 2, rel=0.03) and "at 0.38 s a step" in text, text
+    assert "1 at once on all the cores would step 63% as much in all" in text, text
+    assert f"under {AT_ONCE_KEPT_SHARE:.0%}" in text and f"under {AT_ONCE_TRIAL_STEPS} steps" in text, text
+    # alone at 0.25 s it steps 76 % as much in all: one trial of 960 steps
+    data, asked, text = plan(300, {2: 0.38, 1: 0.25}, 2)
+    assert data["search"]["max_concurrent_trials"] == 1 and data["parallelism"]["cpus_per_worker"] == 2, text
+    assert _steps({"data": data}) == pytest.approx(240 / 0.25, rel=0.03) and "would step" not in text, text
+    # 8 slots whose 3 trials at once (3 x 480 s / 0.8 s = 1,800 steps) step 47 % of what 8 do (3,840)
+    data, asked, text = plan(600, {8: 1.0, 3: 0.8}, 8)
+    assert asked == [8, 3] and data["search"]["max_concurrent_trials"] == 8, (asked, text)
+    assert "3 at once on all the cores would step 47% as much in all" in text, text
+    # each of 2 at once short of 250 steps (80 s at 0.38 s): one trial, however little faster alone
+    data, asked, text = plan(100, {2: 0.38, 1: 0.30}, 2)
+    assert data["search"]["max_concurrent_trials"] == 1 and "would step" not in text, (asked, text)
+
+
 def test_a_short_budget_on_gpus_keeps_every_gpu_and_each_trial_in_its_time(tmp_path: Path) -> None:
     """A trial steps on its own GPU however many others run, so fewer at once would lengthen none: 8
     GPUs whose trials each buy under 250 steps of the whole volume all run, each on a smaller patch,
