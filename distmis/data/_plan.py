@@ -496,10 +496,10 @@ def _fewer_at_once(
     """Where the budget buys fewer than ``need`` steps (:func:`at_once_steps`) for each of
     ``concurrency`` trials at once on a CPU, fewer run, each with the idle slots' cores, and their step
     is timed again as they will step it; if that timing steps under :data:`AT_ONCE_KEPT_SHARE` of what
-    all of them would, every trial runs after all, where each still gets 250 steps. Where even a linear speed-up leaves one trial short
-    of 250 steps, the patch will shrink, so the step of this one is only estimated (linearly) and the
-    patch that is trained gets the timing. On a GPU a trial steps on its own GPU however many run, so
-    all of them do (and a short one a smaller patch)."""
+    all of them would, every trial runs after all, where each still gets 250 steps. Where even a
+    linear speed-up leaves one trial short of 250 steps, the patch will shrink, so the step of this one
+    is only estimated (linearly) and the patch that is trained gets the timing. On a GPU a trial steps
+    on its own GPU however many run, so all of them do (and a short one a smaller patch)."""
     assert options.search_seconds is not None and options.step_seconds is not None
     total = options.search_seconds * TRAINING_SHARE * concurrency / seconds
     if total >= concurrency * need:  # on a GPU always (``need`` 0): an idle GPU lengthens no other trial
