@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -20,27 +22,46 @@ from distmis.data import MIN_TRIAL_STEPS, PlanOptions, fingerprint, plan_search,
 Step = Callable[[int, tuple[int, int, int], int, int], float]
 
 
-def _plan(raw: Path, step: Step, budget_seconds: float) -> tuple[dict, list[tuple[tuple[int, int, int], int]]]:
-    """The plan's file as data, and every (patch, trials at once) the plan asked the step of, in order."""
+@dataclass(frozen=True)
+class Planned:
+    """init's file for a stated step: as data, as text, and every (patch, trials at once) it timed, in order."""
+
+    data: dict
+    text: str
+    asked: list[tuple[tuple[int, int, int], int]]
+
+    @property
+    def at_once(self) -> list[int]:
+        return [at_once for _, at_once in self.asked]
+
+    @property
+    def steps(self) -> int:
+        return int(self.data["train"]["epochs"] * self.data["train"]["steps_per_epoch"])
+
+    @property
+    def seconds(self) -> float:
+        return float(re.search(r"at ([0-9.]+) s a step", self.text).group(1))  # type: ignore[union-attr]
+
+
+@cache
+def _dataset(raw: Path) -> tuple[Any, list[str]]:
+    """The dataset's fingerprint and modalities, taken once for the several plans a test makes of it."""
+    return fingerprint(raw, workers=1), list(read_dataset_json(raw).modalities)
+
+
+def _plan(raw: Path, step: Step, budget_seconds: float, **options: Any) -> Planned:
+    """Plans `raw` for `budget_seconds` with `step` as the timer, as init does with its own timings."""
     asked: list[tuple[tuple[int, int, int], int]] = []
 
     def timed(filters: int, patch: tuple[int, int, int], batch: int, at_once: int) -> float:
         asked.append((tuple(patch), at_once))  # type: ignore[arg-type]
         return step(filters, patch, batch, at_once)
 
-    options = PlanOptions(budget_seconds=budget_seconds, budget_text="5m", step_seconds=timed, step_timed=True)
-    modalities = list(read_dataset_json(raw).modalities)
-    text = plan_search(fingerprint(raw, workers=1), source="raw", name="t", modalities=modalities, options=options)
-    return {"data": yaml.safe_load(text), "text": text}, asked
-
-
-def _steps(plan: dict) -> int:
-    train = plan["data"]["train"]
-    return int(train["epochs"] * train["steps_per_epoch"])
-
-
-def _seconds(plan: dict) -> float:
-    return float(re.search(r"at ([0-9.]+) s a step", plan["text"]).group(1))  # type: ignore[union-attr]
+    options.setdefault("budget_text", "B")
+    chosen = PlanOptions(budget_seconds=budget_seconds, step_seconds=timed, step_timed=True, **options)
+    fp, modalities = _dataset(raw)
+    text = plan_search(fp, source="raw", name="t", modalities=modalities, options=chosen)
+    return Planned(yaml.safe_load(text), text, asked)
 
 
 def test_the_memorys_patch_is_timed_alone_only_where_its_trial_could_get_its_steps(tmp_path: Path) -> None:
@@ -50,14 +71,14 @@ def test_the_memorys_patch_is_timed_alone_only_where_its_trial_could_get_its_ste
         return 1e-5 * math.prod(patch) * at_once  # a linear speed-up: the halved estimate is right
 
     # 300 s buy 2 x 240 / 2.95 s = 163 steps at 2 at once: under 250 even at a linear speed-up
-    plan, asked = _plan(raw, step, 300)
-    assert asked[0] == ((48, 64, 48), 2) and ((48, 64, 48), 1) not in asked, asked
-    assert all(at_once == 1 for _, at_once in asked[1:]) and len(asked) == 2, asked
-    assert plan["data"]["train"]["patch"] != [48, 64, 48] and _steps(plan) >= MIN_TRIAL_STEPS
+    plan = _plan(raw, step, 300)
+    assert plan.asked[0] == ((48, 64, 48), 2) and ((48, 64, 48), 1) not in plan.asked, plan.asked
+    assert plan.at_once == [2, 1], plan.asked
+    assert plan.data["train"]["patch"] != [48, 64, 48] and plan.steps >= MIN_TRIAL_STEPS
     # 600 s buy 326 steps at 2 at once: one trial may get 250, so the whole volume is timed alone, as it will step
-    plan, asked = _plan(raw, step, 600)
-    assert asked == [((48, 64, 48), 2), ((48, 64, 48), 1)], asked
-    assert plan["data"]["train"]["patch"] == [48, 64, 48] and plan["data"]["search"]["max_concurrent_trials"] == 1
+    plan = _plan(raw, step, 600)
+    assert plan.asked == [((48, 64, 48), 2), ((48, 64, 48), 1)], plan.asked
+    assert plan.data["train"]["patch"] == [48, 64, 48] and plan.data["search"]["max_concurrent_trials"] == 1
 
 
 def test_a_smaller_patch_still_short_of_its_steps_shrinks_once_more(tmp_path: Path) -> None:
@@ -68,11 +89,11 @@ def test_a_smaller_patch_still_short_of_its_steps_shrinks_once_more(tmp_path: Pa
     def step(filters: int, patch: tuple[int, int, int], batch: int, at_once: int) -> float:
         return (0.3 + 1e-5 * math.prod(patch)) * (1.6 if at_once > 1 else 1.0)
 
-    plan, asked = _plan(raw, step, 300)
-    assert [at_once for _, at_once in asked] == [2, 1, 1], asked
-    first, second = asked[1][0], asked[2][0]
-    assert math.prod(second) < math.prod(first) < 48 * 64 * 48, asked
-    assert plan["data"]["train"]["patch"] == list(second) and _seconds(plan) == round(step(8, second, 2, 1), 2)
+    plan = _plan(raw, step, 300)
+    assert plan.at_once == [2, 1, 1], plan.asked
+    first, second = plan.asked[1][0], plan.asked[2][0]
+    assert math.prod(second) < math.prod(first) < 48 * 64 * 48, plan.asked
+    assert plan.data["train"]["patch"] == list(second) and plan.seconds == round(step(8, second, 2, 1), 2)
 
 
 def test_a_smaller_patch_that_times_slower_is_not_kept(tmp_path: Path) -> None:
@@ -89,9 +110,9 @@ def test_a_smaller_patch_that_times_slower_is_not_kept(tmp_path: Path) -> None:
             return 1.2  # too slow for 250 steps in 240 s
         return 1.5 if first and patch != first[0] else 1.2
 
-    plan, asked = _plan(raw, step, 300)
-    assert len(asked) == 3 and first, asked
-    assert plan["data"]["train"]["patch"] == list(first[0]) and _seconds(plan) == 1.2, plan["text"]
+    plan = _plan(raw, step, 300)
+    assert len(plan.asked) == 3 and first, plan.asked
+    assert plan.data["train"]["patch"] == list(first[0]) and plan.seconds == 1.2, plan.text
 
 
 def test_trials_share_a_cpus_cores_only_when_each_keeps_four_nnunet_epochs(tmp_path: Path) -> None:
@@ -102,35 +123,25 @@ def test_trials_share_a_cpus_cores_only_when_each_keeps_four_nnunet_epochs(tmp_p
     from distmis.data import AT_ONCE_TRIAL_STEPS
 
     raw = write_msd(tmp_path / "raw", cases=10, shape=(32, 32, 32))
-    fp, modalities = fingerprint(raw, workers=1), list(read_dataset_json(raw).modalities)
 
-    def plan(budget_seconds: float, **options: Any) -> tuple[dict, list[int], str]:
-        asked: list[int] = []
-
-        def step(filters: int, patch: tuple[int, int, int], batch: int, at_once: int) -> float:
-            asked.append(at_once)
-            return 0.38 if at_once > 1 else 0.21  # two at once step no more in all than one on both cores
-
-        o = PlanOptions(budget_seconds=budget_seconds, budget_text="B", step_seconds=step, step_timed=True, **options)
-        text = plan_search(fp, source="raw", name="t", modalities=modalities, options=o)
-        return yaml.safe_load(text), asked, text
+    def step(filters: int, patch: tuple[int, int, int], batch: int, at_once: int) -> float:
+        return 0.38 if at_once > 1 else 0.21  # two at once step no more in all than one on both cores
 
     # 5 minutes buy 2 x 240 s / 0.38 s = 1,263 steps at 2 at once: 630 each, so one trial on both cores
     for budget in (120, 300):
-        data, asked, text = plan(budget)
-        assert asked == [2, 1] and data["search"]["max_concurrent_trials"] == 1, (asked, text)
-        assert data["search"]["num_samples"] == 1 and data["parallelism"]["cpus_per_worker"] == 2
-        steps = data["train"]["epochs"] * data["train"]["steps_per_epoch"]
-        assert steps == pytest.approx(budget * 0.8 / 0.21, rel=0.03) and "at 0.21 s a step" in text, text
-        assert f"2 at once would leave each trial under {AT_ONCE_TRIAL_STEPS} steps" in text
+        plan = _plan(raw, step, budget)
+        assert plan.at_once == [2, 1] and plan.data["search"]["max_concurrent_trials"] == 1, plan.text
+        assert plan.data["search"]["num_samples"] == 1 and plan.data["parallelism"]["cpus_per_worker"] == 2
+        assert plan.steps == pytest.approx(budget * 0.8 / 0.21, rel=0.03) and "at 0.21 s a step" in plan.text, plan.text
+        assert f"2 at once would leave each trial under {AT_ONCE_TRIAL_STEPS} steps" in plan.text
     # 10 minutes buy 1,260 each at 2 at once: they share the cores
-    data, asked, text = plan(600)
-    assert asked == [2] and data["search"]["max_concurrent_trials"] == 2, (asked, text)
-    assert data["parallelism"]["cpus_per_worker"] == 1 and "at once would leave" not in text
+    plan = _plan(raw, step, 600)
+    assert plan.at_once == [2] and plan.data["search"]["max_concurrent_trials"] == 2, plan.text
+    assert plan.data["parallelism"]["cpus_per_worker"] == 1 and "at once would leave" not in plan.text
     # with --finalize, 250 steps each are enough to run at once
-    data, asked, text = plan(240, finalize=True)
-    assert data["search"]["max_concurrent_trials"] == 2 and asked == [2], (asked, text)
-    assert data["train"]["epochs"] * data["train"]["steps_per_epoch"] < AT_ONCE_TRIAL_STEPS, text
+    plan = _plan(raw, step, 240, finalize=True)
+    assert plan.data["search"]["max_concurrent_trials"] == 2 and plan.at_once == [2], plan.text
+    assert plan.steps < AT_ONCE_TRIAL_STEPS, plan.text
 
 
 def test_fewer_trials_at_once_are_kept_only_where_the_cores_speed_them_up(tmp_path: Path) -> None:
@@ -142,39 +153,29 @@ def test_fewer_trials_at_once_are_kept_only_where_the_cores_speed_them_up(tmp_pa
     from distmis.data import AT_ONCE_KEPT_SHARE, AT_ONCE_TRIAL_STEPS
 
     raw = write_msd(tmp_path / "raw", cases=10, shape=(32, 32, 32))
-    fp, modalities = fingerprint(raw, workers=1), list(read_dataset_json(raw).modalities)
 
-    def plan(budget_seconds: float, steps: dict[int, float], slots: int) -> tuple[dict, list[int], str]:
-        asked: list[int] = []
-
-        def step(filters: int, patch: tuple[int, int, int], batch: int, at_once: int) -> float:
-            asked.append(at_once)
-            return steps[at_once]
-
-        o = PlanOptions(
-            budget_seconds=budget_seconds, budget_text="B", step_seconds=step, step_timed=True, concurrency=slots
-        )
-        text = plan_search(fp, source="raw", name="t", modalities=modalities, options=o)
-        return yaml.safe_load(text), asked, text
+    def at(seconds: dict[int, float]) -> Step:
+        """A step that takes `seconds[n]` with n trials at once."""
+        return lambda filters, patch, batch, at_once: seconds[at_once]
 
     # 5 minutes at 0.38 s a step with 2 at once: 630 steps each; alone at 0.30 s, 800 (63 % as much in all)
-    data, asked, text = plan(300, {2: 0.38, 1: 0.30}, 2)
-    assert asked == [2, 1] and data["search"]["max_concurrent_trials"] == 2, (asked, text)
-    assert data["search"]["num_samples"] == 2 and data["parallelism"]["cpus_per_worker"] == 1
-    assert _steps({"data": data}) == pytest.approx(2 * 240 / 0.38 / 2, rel=0.03) and "at 0.38 s a step" in text, text
-    assert "1 at once on all the cores would step 63% as much in all" in text, text
-    assert f"under {AT_ONCE_KEPT_SHARE:.0%}" in text and f"under {AT_ONCE_TRIAL_STEPS} steps" in text, text
+    plan = _plan(raw, at({2: 0.38, 1: 0.30}), 300, concurrency=2)
+    assert plan.at_once == [2, 1] and plan.data["search"]["max_concurrent_trials"] == 2, plan.text
+    assert plan.data["search"]["num_samples"] == 2 and plan.data["parallelism"]["cpus_per_worker"] == 1
+    assert plan.steps == pytest.approx(2 * 240 / 0.38 / 2, rel=0.03) and "at 0.38 s a step" in plan.text, plan.text
+    assert "1 at once on all the cores would step 63% as much in all" in plan.text, plan.text
+    assert f"under {AT_ONCE_KEPT_SHARE:.0%}" in plan.text and f"under {AT_ONCE_TRIAL_STEPS} steps" in plan.text
     # alone at 0.25 s it steps 76 % as much in all: one trial of 960 steps
-    data, asked, text = plan(300, {2: 0.38, 1: 0.25}, 2)
-    assert data["search"]["max_concurrent_trials"] == 1 and data["parallelism"]["cpus_per_worker"] == 2, text
-    assert _steps({"data": data}) == pytest.approx(240 / 0.25, rel=0.03) and "would step" not in text, text
+    plan = _plan(raw, at({2: 0.38, 1: 0.25}), 300, concurrency=2)
+    assert plan.data["search"]["max_concurrent_trials"] == 1 and plan.data["parallelism"]["cpus_per_worker"] == 2
+    assert plan.steps == pytest.approx(240 / 0.25, rel=0.03) and "would step" not in plan.text, plan.text
     # 8 slots whose 3 trials at once (3 x 480 s / 0.8 s = 1,800 steps) step 47 % of what 8 do (3,840)
-    data, asked, text = plan(600, {8: 1.0, 3: 0.8}, 8)
-    assert asked == [8, 3] and data["search"]["max_concurrent_trials"] == 8, (asked, text)
-    assert "3 at once on all the cores would step 47% as much in all" in text, text
+    plan = _plan(raw, at({8: 1.0, 3: 0.8}), 600, concurrency=8)
+    assert plan.at_once == [8, 3] and plan.data["search"]["max_concurrent_trials"] == 8, plan.text
+    assert "3 at once on all the cores would step 47% as much in all" in plan.text, plan.text
     # each of 2 at once short of 250 steps (80 s at 0.38 s): one trial, however little faster alone
-    data, asked, text = plan(100, {2: 0.38, 1: 0.30}, 2)
-    assert data["search"]["max_concurrent_trials"] == 1 and "would step" not in text, (asked, text)
+    plan = _plan(raw, at({2: 0.38, 1: 0.30}), 100, concurrency=2)
+    assert plan.data["search"]["max_concurrent_trials"] == 1 and "would step" not in plan.text, plan.text
 
 
 def test_a_short_budget_on_gpus_keeps_every_gpu_and_each_trial_in_its_time(tmp_path: Path) -> None:
@@ -186,15 +187,9 @@ def test_a_short_budget_on_gpus_keeps_every_gpu_and_each_trial_in_its_time(tmp_p
     def step(filters: int, patch: tuple[int, int, int], batch: int, at_once: int) -> float:
         return 0.05 + 4e-6 * math.prod(patch)  # 0.64 s for the whole volume: 150 steps in 96 s
 
-    options = PlanOptions(
-        budget_seconds=120, budget_text="2m", step_seconds=step, step_timed=True, gpu_memory_gb=80.0, concurrency=8
-    )
-    modalities = list(read_dataset_json(raw).modalities)
-    text = plan_search(fingerprint(raw, workers=1), source="raw", name="t", modalities=modalities, options=options)
-    data = yaml.safe_load(text)
-    assert data["search"]["max_concurrent_trials"] == 8 and data["search"]["num_samples"] == 8, text
-    patch = tuple(data["train"]["patch"])
-    assert math.prod(patch) < 48 * 64 * 48, text
-    steps = data["train"]["epochs"] * data["train"]["steps_per_epoch"]
-    assert steps * step(8, patch, 2, 8) <= 120 * 0.8 * 1.01, (steps, patch, text)  # type: ignore[arg-type]
-    assert steps >= MIN_TRIAL_STEPS * 0.99, (steps, patch, text)
+    plan = _plan(raw, step, 120, budget_text="2m", gpu_memory_gb=80.0, concurrency=8)
+    assert plan.data["search"]["max_concurrent_trials"] == 8 and plan.data["search"]["num_samples"] == 8, plan.text
+    patch = tuple(plan.data["train"]["patch"])
+    assert math.prod(patch) < 48 * 64 * 48, plan.text
+    assert plan.steps * step(8, patch, 2, 8) <= 120 * 0.8 * 1.01, (plan.steps, patch, plan.text)  # type: ignore[arg-type]
+    assert plan.steps >= MIN_TRIAL_STEPS * 0.99, (plan.steps, patch, plan.text)
