@@ -44,7 +44,7 @@ class Planned:
 
 
 @cache
-def _dataset(raw: Path) -> tuple[Any, list[str]]:
+def _dataset(raw: Path) -> tuple[dict[str, Any], list[str]]:
     """The dataset's fingerprint and modalities, taken once for the several plans a test makes of it."""
     return fingerprint(raw, workers=1), list(read_dataset_json(raw).modalities)
 
