@@ -202,7 +202,8 @@ DISTMIS = Recipe(
     space={"lr": {"loguniform": [1.0e-3, 2.0e-2]}, "beta_2": {"choice": [0.99, 0.999]}},
     point={"lr": 3.0e-3, "beta_2": 0.999},
     # no CPU widths but its own: 16 filters were ahead of 8 with group norm at 20 minutes, but with instance
-    # norm they were level (one seed: docs/benchmarks.md, "The width of distmis's recipe")
+    # norm they were level, and planned by init at 40 minutes on a binary task too (one seed each:
+    # docs/benchmarks.md, "The width of distmis's recipe")
 )
 
 RECIPES: dict[str, Recipe] = {r.name: r for r in (NNUNET, DISTMIS)}

@@ -54,7 +54,8 @@ The rules:
 - **width on a CPU**: the widest of the recipe's CPU widths (:attr:`Recipe.cpu_widths`) that still
   buys two rounds of 250-step trials: nnU-Net's 32 base filters, else 16, else 8 (a 32-filter step is 7x an
   8-filter one on a CPU core at 48 x 56 x 48); distmis's 8 only (16 were level with 8 at 20
-  minutes, in one seed, once both had instance norm); on a GPU always the recipe's.
+  minutes once both had instance norm, and at 40 minutes when init planned them, one seed each); on a
+  GPU always the recipe's.
 """
 
 from __future__ import annotations
