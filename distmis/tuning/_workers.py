@@ -162,8 +162,11 @@ class TrainingWorker(TrialSession):
         import ray
 
         ip = ray.util.get_node_ip_address()
+        # TensorFlow's server binds the port on every address (0.0.0.0), so the port must be free on
+        # all of them, not only on this node's: nodes that share a host (127.0.0.11, 127.0.0.12) would
+        # otherwise be handed the same port, and the second worker's server fails to start
         with socket.socket() as s:
-            s.bind((ip, 0))
+            s.bind(("", 0))
             return f"{ip}:{s.getsockname()[1]}"
 
     def build_strategy(self, workers: list[str]) -> float:
