@@ -598,9 +598,23 @@ def main() -> None:
             raise SystemExit(f"peer_nnunet: error: --kept: no finished run under {root / key}")
         report(rows, root / key)
         return
-    raw = task_data(a.task, root)
     systems = a.systems.split(",")
     nnunet = [s for s in NNUNET_TRAINERS if s in systems]
+    if nnunet and not any(s in systems for s in DISTMIS_FOLDERS):
+        # nnU-Net is scored on the test cases, and with the classes, of a distmis run of the same
+        # seed: checked before anything trains, not after an hour of it
+        missing = [
+            f"{b}/seed{s}"
+            for b in a.budgets.split(",")
+            for s in a.seeds.split(",")
+            if not any((root / key / b / f"seed{s}").glob("*/run/splits.json"))
+        ]
+        if missing:
+            raise SystemExit(
+                f"peer_nnunet: error: --systems: nnU-Net is scored on a distmis run's test cases, and none is kept "
+                f"under {root / key} for {', '.join(missing)}: add distmis or finalize to --systems"
+            )
+    raw = task_data(a.task, root)
     if nnunet:
         install_trainer(a.nnunet_python)
         os.environ["DISTMIS_PEER_ITERATIONS"] = str(a.iterations)

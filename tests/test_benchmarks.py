@@ -122,6 +122,27 @@ def test_the_peer_benchmark_reports_runs_kept_by_separate_calls(tmp_path: Path) 
     assert not (tmp_path / "mni152" / "20m").exists() and not (tmp_path / "data").exists()
 
 
+def test_the_peer_benchmark_refuses_nnunet_alone_without_a_distmis_run_to_score_against(tmp_path: Path) -> None:
+    """nnU-Net is scored on the test cases of a distmis run of the same budget and seed: asked for
+    alone where no such run is kept, the benchmark names what is missing before it builds, installs or
+    trains anything; where one is kept, that seed is not named."""
+    kept = tmp_path / "mni152" / "5m" / "seed0" / "distmis" / "run"
+    kept.mkdir(parents=True)
+    (kept / "splits.json").write_text(json.dumps({"train": [], "val": [], "test": []}))
+    command = [sys.executable, str(REPO / "benchmarks" / "peer_nnunet.py"), "--systems", "nnunet"]
+    done = subprocess.run(
+        [*command, "--budgets", "5m,20m", "--seeds", "0,1", "--out", str(tmp_path), "--nnunet-python", "/nonexistent"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines()[-1].startswith("peer_nnunet: error: --systems: nnU-Net is scored on")
+    assert "5m/seed1, 20m/seed0, 20m/seed1: add distmis or finalize" in done.stderr, done.stderr
+    assert not (tmp_path / "data").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["mni152"]
+
+
 def test_the_peer_benchmark_takes_a_dataset_folder_as_its_task(tmp_path: Path) -> None:
     """``--task`` names a user's MSD-layout folder: its runs are kept under the folder's own name, the
     folder is only read, and a folder without dataset.json is refused with the option named."""
