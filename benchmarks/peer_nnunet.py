@@ -566,6 +566,13 @@ def kept_runs(where: Path, systems: list[str], sets: dict[str, Any]) -> list[dic
     ]
 
 
+def distmis_runs(where: Path) -> list[Path]:
+    """The distmis runs kept for one budget and seed, whose test cases nnU-Net is scored on. prepare
+    splits by data.prepare.seed, so every distmis run here splits alike unless --set changed
+    data.prepare; the plain run's folder sorts first."""
+    return sorted(p.parent for p in where.glob("*/run/splits.json"))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--task", default="mni152",
@@ -607,7 +614,7 @@ def main() -> None:
             f"{b}/seed{s}"
             for b in a.budgets.split(",")
             for s in a.seeds.split(",")
-            if not any((root / key / b / f"seed{s}").glob("*/run/splits.json"))
+            if not distmis_runs(root / key / b / f"seed{s}")
         ]
         if missing:
             raise SystemExit(
@@ -628,9 +635,7 @@ def main() -> None:
                     rows.append(run_distmis(raw, budget, seed, where / folder, a.recipe, system == "finalize",
                                             augment=system == "distmis-aug", sets=sets))  # fmt: skip
             if nnunet:  # the test cases of a distmis run of this seed, for every nnU-Net system
-                # prepare splits by data.prepare.seed, so every distmis run here splits alike unless --set
-                # changed data.prepare; the plain run's folder sorts first
-                searched = min(where.glob("*/run/splits.json")).parent
+                searched = distmis_runs(where)[0]
                 splits = json.loads((searched / "splits.json").read_text())
                 score = scorer_for(searched / "best", raw, splits["test"])
             for system in nnunet:
