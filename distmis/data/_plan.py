@@ -27,9 +27,9 @@ The rules:
   (the same way, at most to half of each axis) until one gets them: a short budget on a large
   volume buys more steps of a smaller patch; a third of the patches centred on foreground when a
   patch is smaller than the volume;
-- **labels**: one foreground label -> binary and Dice; several -> multi-class and Dice +
-  cross-entropy; BraTS's three nested tumour labels (MSD's 1, 2, 3 or the challenges' 1, 2, 4) -> the
-  regions WT, TC and ET;
+- **labels**: one foreground label -> binary and Dice + binary cross-entropy; several -> multi-class
+  and Dice + cross-entropy (nnU-Net's loss for both); BraTS's three nested tumour labels (MSD's 1,
+  2, 3 or the challenges' 1, 2, 4) -> the regions WT, TC and ET;
 - **split**: 70/15/15, or 80/10/10 below 20 labelled cases so that training keeps most of them
   (finalize's cross-validation then uses every case outside the test split, as nnU-Net's folds do);
 - **budget** (``--budget``): a trial is never planned shorter than one nnU-Net epoch (250 steps)
@@ -745,9 +745,9 @@ def _training_lines(plan: _Plan) -> list[str]:
             else f"the largest patch whose estimated training memory (~{plan.estimate_gb:.2f} GiB) fits "
             f"{plan.budget:g} GiB of {where} memory"
         ),
-        f"  loss: {'dice' if plan.binary else 'dice_ce'}               # "
+        f"  loss: {'dice_bce' if plan.binary else 'dice_ce'}               # "
         + (
-            "Dice for one binary label"
+            "Dice + binary cross-entropy (nnU-Net's loss): the per-voxel term helps a small structure"
             if plan.binary
             else "Dice + cross-entropy: thin structures need the per-voxel term"
         ),

@@ -128,7 +128,9 @@ def resolve_loss(name: str, label_mode: str) -> str:
 
     nnU-Net trains every task with Dice + cross-entropy: the Dice term balances the classes, the
     cross-entropy term gives every voxel its own gradient, which thin structures (one or two voxels
-    across) need; a binary tumour mask at these sizes trains as well with Dice alone.
+    across) need; a binary tumour mask at these sizes trains as well with Dice alone. ``distmis
+    init`` writes ``dice_bce`` for a binary label all the same: on real anatomy it helped a small
+    structure and did not cost a large one (docs/benchmarks.md, "nnU-Net's loss on the binary path").
     """
     if name != "auto":
         return name

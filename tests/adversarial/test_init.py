@@ -97,7 +97,7 @@ def test_the_patch_is_sized_at_the_batch_that_trains(tmp_path: Path) -> None:
     assert math.prod(plans[3]["train"]["patch"]) > math.prod(plans[6]["train"]["patch"])
 
 
-def test_one_label_plans_a_binary_dice_search(tmp_path: Path) -> None:
+def test_one_label_plans_a_binary_dice_bce_search(tmp_path: Path) -> None:
     raw = write_msd(tmp_path / "raw", cases=4, shape=(16, 16, 16))
     meta = json.loads((raw / "dataset.json").read_text())
     meta["labels"] = {"0": "background", "1": "lesion"}
@@ -107,7 +107,7 @@ def test_one_label_plans_a_binary_dice_search(tmp_path: Path) -> None:
         label = np.asarray(nib.load(path).dataobj)
         nib.save(nib.Nifti1Image((label > 0).astype(np.uint8), np.eye(4)), path)
     plan = _plan(tmp_path, raw)
-    assert plan["data"]["prepare"]["label_mode"] == "binary" and plan["train"]["loss"] == "dice"
+    assert plan["data"]["prepare"]["label_mode"] == "binary" and plan["train"]["loss"] == "dice_bce"
 
 
 def test_brats_labels_plan_the_tumour_regions(tmp_path: Path) -> None:
