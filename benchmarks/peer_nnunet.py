@@ -385,7 +385,6 @@ def install_trainer(python: str) -> None:
 
 def to_nnunet_raw(raw: Path, splits: dict[str, list[str]], dataset_id: int, target: Path) -> Path:
     """The MSD task in nnU-Net's raw format: training = every non-test case, imagesTs = the test split."""
-    import nibabel as nib
 
     from distmis.data import read_dataset_json
 
@@ -403,13 +402,7 @@ def to_nnunet_raw(raw: Path, splits: dict[str, list[str]], dataset_id: int, targ
     test = set(splits["test"])
     cases = {c.case_id: c for c in meta.training}
     for cid, case in cases.items():
-        img = nib.load(str(case.image))
-        data = np.asarray(img.dataobj)
-        channels = data[..., None] if data.ndim == 3 else data
-        images = "imagesTs" if cid in test else "imagesTr"
-        for ch in range(channels.shape[-1]):
-            out = nib.Nifti1Image(channels[..., ch].astype(np.float32), img.affine)
-            nib.save(out, str(tmp / images / f"{cid}_{ch:04d}.nii.gz"))
+        write_nnunet_images(case.image, cid, tmp / ("imagesTs" if cid in test else "imagesTr"))
         if cid not in test and case.label is not None:
             shutil.copyfile(case.label, tmp / "labelsTr" / f"{cid}.nii.gz")
     labels = {("background" if value == 0 else name): value for value, name in sorted(meta.labels.items())}
@@ -422,6 +415,18 @@ def to_nnunet_raw(raw: Path, splits: dict[str, list[str]], dataset_id: int, targ
     (tmp / "dataset.json").write_text(json.dumps(doc, indent=2))
     tmp.rename(folder)
     return folder
+
+
+def write_nnunet_images(image: Path, case_id: str, folder: Path) -> None:
+    """One MSD image (channels last) as nnU-Net reads a case: a file per channel, ``CASE_0000.nii.gz``, ..."""
+    import nibabel as nib
+
+    img = nib.load(str(image))
+    data = np.asarray(img.dataobj)
+    channels = data[..., None] if data.ndim == 3 else data
+    for ch in range(channels.shape[-1]):
+        out = nib.Nifti1Image(channels[..., ch].astype(np.float32), img.affine)
+        nib.save(out, str(folder / f"{case_id}_{ch:04d}.nii.gz"))
 
 
 def run_nnunet(python: str, raw: Path, splits: dict[str, list[str]], budget: str, seed: int, out: Path,
@@ -473,7 +478,20 @@ def run_nnunet(python: str, raw: Path, splits: dict[str, list[str]], budget: str
 
 def scorer_for(model: Path, raw: Path, test_ids: list[str]) -> Any:
     """Scores a folder of predictions (``CASE.nii.gz``) with distmis's own per-class metrics, as
-    ``distmis evaluate`` scores its own (:func:`distmis.inference.score_labels`, the model's classes)."""
+    ``distmis evaluate`` scores its own (:func:`distmis.inference.score_labels`, the model's classes):
+    the mean over the cases of each class's Dice."""
+    by_case = case_scorer(model, raw, test_ids)
+
+    def score(folder: Path) -> dict[str, float]:
+        rows = list(by_case(folder).values())
+        return {c: float(np.mean([r[c] for r in rows])) for c in rows[0]}
+
+    return score
+
+
+def case_scorer(model: Path, raw: Path, case_ids: list[str]) -> Any:
+    """Scores a folder of predictions (``CASE.nii.gz``) case by case: {case: {class: Dice}}, with the
+    classes and metrics of the distmis ``model`` (:func:`distmis.inference.score_labels`)."""
     import nibabel as nib
 
     from distmis.data import read_dataset_json
@@ -481,10 +499,10 @@ def scorer_for(model: Path, raw: Path, test_ids: list[str]) -> Any:
 
     record = read_model_record(model)
     meta = read_dataset_json(raw)
-    cases = [c for c in meta.training if c.case_id in test_ids]
+    cases = [c for c in meta.training if c.case_id in case_ids]
 
-    def score(folder: Path) -> dict[str, float]:
-        rows = []
+    def score(folder: Path) -> dict[str, dict[str, float]]:
+        rows = {}
         for case in cases:
             pred_img = nib.load(str(folder / f"{case.case_id}.nii.gz"))
             truth_img = nib.load(str(case.label))
@@ -493,9 +511,10 @@ def scorer_for(model: Path, raw: Path, test_ids: list[str]) -> Any:
             spacing = [float(z) for z in truth_img.header.get_zooms()[:3]]
             truth = np.asarray(truth_img.dataobj).astype(np.int64)
             pred = np.asarray(pred_img.dataobj).astype(np.int64)
-            rows.append(score_labels(record, truth, pred, spacing))
-        keys = [k for k in rows[0] if k == "dice" or k.startswith("dice_")]
-        return class_dice({k: float(np.mean([r[k] for r in rows])) for k in keys}, meta.labels)
+            metrics = score_labels(record, truth, pred, spacing)
+            rows[case.case_id] = class_dice({k: v for k, v in metrics.items() if k == "dice" or k.startswith("dice_")},
+                                            meta.labels)  # fmt: skip
+        return rows
 
     return score
 
