@@ -80,12 +80,13 @@ def check_data(data: Path, runs: list[Path]) -> None:
     """``data`` must be the same task as the kept runs (channels and labels) and hold no scan they
     trained or selected a model on: a trained-on scan would flatter every system alike."""
     from distmis.data import read_dataset_json
+    from distmis.exceptions import DistmisError
 
     if not (data / "dataset.json").is_file():
         fail(f"--data {data}: expected an MSD-layout dataset folder holding dataset.json")
     try:
         meta = read_dataset_json(data)
-    except (ValueError, OSError) as exc:
+    except DistmisError as exc:  # its message names the file and the field
         fail(f"--data {data}: {exc}")
     if not [c for c in meta.training if c.label is not None]:
         fail(f"--data {data}: no labelled case to score (dataset.json 'training' is empty)")
@@ -94,7 +95,10 @@ def check_data(data: Path, runs: list[Path]) -> None:
         if not (run / "plan.yaml").is_file() or (source := task_source(run)) in seen:
             continue
         seen.add(source)
-        task = read_dataset_json(source)
+        try:
+            task = read_dataset_json(source)
+        except DistmisError as exc:
+            fail(f"--runs: {run} trained on {source}, which is no longer a readable dataset: {exc}")
         if (task.labels, task.modalities) != (meta.labels, meta.modalities):
             fail(f"--data {data}: labels {meta.labels} and channels {meta.modalities} differ from the task the runs "
                  f"trained on ({source}: labels {task.labels}, channels {task.modalities})")  # fmt: skip
@@ -151,7 +155,7 @@ def score_nnunet(run: Path, python: str, data: Path, images: Path, out: Path, mo
         raise RuntimeError(f"nnUNetv2_predict exited {rc}; see {out / 'predict.log'}")
     from distmis.data import read_dataset_json
 
-    ids = [c.case_id for c in read_dataset_json(data).training]
+    ids = [c.case_id for c in read_dataset_json(data).training if c.label is not None]
     return case_scorer(model, data, ids)(out / "predictions")
 
 

@@ -74,3 +74,8 @@ def test_the_tasks_own_training_scans_are_refused_as_the_second_dataset(assets: 
     other = write_msd(ws.dir / "other", cases=2, test_cases=0, modalities=3, seed=8)
     wrong = _rescore("--runs", str(runs), "--data", str(other), cwd=ws.dir)
     assert wrong.returncode == 2 and "differ from the task the runs trained on" in wrong.stderr, wrong.stderr
+    (other / "dataset.json").write_text('{"broken')
+    broken = _rescore("--runs", str(runs), "--data", str(other), cwd=ws.dir)
+    assert broken.returncode == 2, broken.stderr
+    [line] = broken.stderr.strip().splitlines()
+    assert line.startswith(f"peer_rescore: error: --data {other}: {other / 'dataset.json'}: not valid JSON"), line
