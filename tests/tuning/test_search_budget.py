@@ -179,11 +179,13 @@ def test_an_epoch_whose_report_tune_dropped_is_counted_from_the_trials_own_recor
 def test_a_deadline_that_cuts_through_the_trials_leaves_records_that_name_the_kept_weights(
     prepared16: Path, tmp_path: Path
 ) -> None:
-    """A search whose time budget ends while its trials train: every epoch a trial kept ended before
-    the deadline, and results.csv, summary.json, each trial's files and best/ agree on them.
+    """A search whose time budget ends while its trials train: every epoch a trial kept after its first
+    ended before the deadline, and results.csv, summary.json, each trial's files and best/ agree on them.
 
     A busy machine may not end one epoch within the first budget (seen in CI at 45 s): the search then keeps
-    nothing, and it is run again with a longer one; the checks below never weaken."""
+    nothing, and it is run again with a longer one; the checks below never weaken. A trial's first epoch is
+    kept whenever it ends (a trial Tune heard from always has weights), so on a loaded machine it may end
+    past the deadline (seen in CI by 5 s) and only the later ones are held to it."""
     for budget in (90, 240):
         out = tmp_path / f"run-{budget}"
         result = _deadline_search(prepared16, tmp_path, budget, out)
@@ -199,8 +201,9 @@ def test_a_deadline_that_cuts_through_the_trials_leaves_records_that_name_the_ke
         trial = out / RunFile.TRIALS_DIR / r["trial_id"]
         with open(trial / RunFile.METRICS) as fh:
             kept = list(csv.DictReader(fh))
-        assert len(kept) == int(r["epochs"]) < 500, (r, kept)  # cut by the deadline, every kept epoch reported
-        assert all(float(row["finished_at"]) <= deadline for row in kept), (deadline, kept)
+        # cut by the deadline, every kept epoch reported
+        assert len(kept) == int(r["epochs"]) < EPOCHS_NEVER_REACHED, (r, kept)
+        assert all(float(row["finished_at"]) <= deadline for row in kept[1:]), (deadline, kept)
         if kept:
             assert json.loads((trial / "checkpoint" / "state.json").read_text())["epoch"] == len(kept)
             assert json.loads((trial / "best" / "metrics.json").read_text())["epoch"] == int(r["best_epoch"])
@@ -220,6 +223,10 @@ def _epochs_told_to_optuna(out: Path) -> list[tuple[int, float]]:
     return sorted(told)
 
 
+#: a trial's epochs in the deadline search: ending them all in 240 s would take 400 epochs a second
+EPOCHS_NEVER_REACHED = 100_000
+
+
 def _deadline_search(prepared: Path, tmp_path: Path, budget: int, out: Path) -> subprocess.CompletedProcess[str]:
     """``distmis tune`` of two long trials under a time budget of ``budget`` seconds."""
     space = tmp_path / f"space-{budget}.yaml"
@@ -228,7 +235,8 @@ def _deadline_search(prepared: Path, tmp_path: Path, budget: int, out: Path) -> 
             {
                 "name": "deadline",
                 "data": {"source": str(prepared)},
-                "train": {"epochs": 500, "steps_per_epoch": 3, "batch_size_per_replica": 2},
+                # more epochs than any machine ends in the budget (an idle one ended 500 in 90 s): the deadline cuts them
+                "train": {"epochs": EPOCHS_NEVER_REACHED, "steps_per_epoch": 3, "batch_size_per_replica": 2},
                 "model": {"depth": 2, "filters": 4},
                 "search": {
                     "algorithm": "random",
