@@ -52,6 +52,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -276,7 +277,6 @@ def sets_label(sets: dict[str, Any]) -> str:
 def sets_folder(sets: dict[str, Any]) -> str:
     """The folder suffix of a ``--set`` run: its label where that is a plain file name, else a digest."""
     import hashlib
-    import re
 
     label = sets_label(sets)
     if re.fullmatch(r"[A-Za-z0-9._=,+-]{1,120}", label):
@@ -385,12 +385,9 @@ def install_trainer(python: str) -> None:
 
 def to_nnunet_raw(raw: Path, splits: dict[str, list[str]], dataset_id: int, target: Path) -> Path:
     """The MSD task in nnU-Net's raw format: training = every non-test case, imagesTs = the test split."""
-
     from distmis.data import read_dataset_json
 
     meta = read_dataset_json(raw)
-    import re
-
     # nnU-Net finds a dataset by its folder's name, DatasetXXX_NAME: a user's folder name may hold what it does not
     folder = target / f"Dataset{dataset_id:03d}_{re.sub(r'[^A-Za-z0-9_]', '_', raw.name)}"
     if (folder / "dataset.json").is_file():

@@ -30,12 +30,15 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import yaml
 from benchlib import write_report
 from peer_nnunet import NNUNET_ENTRY, NNUNET_TRAINERS, _nnunet_cli, case_scorer, class_dice, write_nnunet_images
+
+if TYPE_CHECKING:
+    from distmis.data import MsdDataset
 
 NAME = "peer_rescore"
 
@@ -76,9 +79,10 @@ def digests(paths: list[Path]) -> dict[str, Path]:
     return {hashlib.sha256(p.read_bytes()).hexdigest(): p for p in paths}
 
 
-def check_data(data: Path, runs: list[Path]) -> None:
-    """``data`` must be the same task as the kept runs (channels and labels) and hold no scan they
-    trained or selected a model on: a trained-on scan would flatter every system alike."""
+def check_data(data: Path, runs: list[Path]) -> MsdDataset:
+    """``data``'s record, read once for every run: it must be the same task as the kept runs (channels
+    and labels) and hold no scan they trained or selected a model on: a trained-on scan would flatter
+    every system alike."""
     from distmis.data import read_dataset_json
     from distmis.exceptions import DistmisError
 
@@ -109,29 +113,27 @@ def check_data(data: Path, runs: list[Path]) -> None:
             if digest in trained:
                 fail(f"--data {data}: case {case.case_id}'s image is the task's training case {trained[digest].name} "
                      f"({source}): score on scans the runs never trained on")  # fmt: skip
+    return meta
 
 
 # --------------------------------------------------------------------------- scoring
-def score_distmis(model: Path, data: Path, out: Path, home: Path) -> dict[str, dict[str, float]]:
-    """{case: {class: Dice}} of a distmis model on every case of ``data``, by ``distmis evaluate``."""
-    from distmis.data import read_dataset_json
-
-    cmd = [sys.executable, "-m", "distmis", "evaluate", str(model), str(data), "--split", "all", "--out", str(out),
+def score_distmis(model: Path, meta: MsdDataset, out: Path, home: Path) -> dict[str, dict[str, float]]:
+    """{case: {class: Dice}} of a distmis model on every case of ``meta``, by ``distmis evaluate``."""
+    cmd = [sys.executable, "-m", "distmis", "evaluate", str(model), str(meta.root), "--split", "all", "--out", str(out),
            "--no-track", "--tta", "--overwrite"]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "DISTMIS_DATA_HOME": str(home)})
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}: {done.stderr[-2000:]}")
-    labels = read_dataset_json(data).labels
     scores = {}
     with open(out / "metrics.csv", newline="") as fh:
         for row in csv.DictReader(fh):
             dice = {k: float(v) if v else math.nan for k, v in row.items() if k == "dice" or k.startswith("dice_")}
-            scores[row["case_id"]] = class_dice(dice, labels)
+            scores[row["case_id"]] = class_dice(dice, meta.labels)
     return scores
 
 
-def score_nnunet(run: Path, python: str, data: Path, images: Path, out: Path, model: Path) -> dict[str, Any]:
-    """{case: {class: Dice}} of a kept nnU-Net model on every case of ``data`` (scored with the classes
+def score_nnunet(run: Path, python: str, meta: MsdDataset, images: Path, out: Path, model: Path) -> dict[str, Any]:
+    """{case: {class: Dice}} of a kept nnU-Net model on every case of ``meta`` (scored with the classes
     of the distmis ``model`` of its seed, as ``peer_nnunet.py`` scores it)."""
     results = run / "results"
     found = [p.name for p in results.glob("Dataset*_*") if p.is_dir()]
@@ -153,45 +155,41 @@ def score_nnunet(run: Path, python: str, data: Path, images: Path, out: Path, mo
         rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
     if rc != 0:
         raise RuntimeError(f"nnUNetv2_predict exited {rc}; see {out / 'predict.log'}")
-    from distmis.data import read_dataset_json
-
-    ids = [c.case_id for c in read_dataset_json(data).training if c.label is not None]
-    return case_scorer(model, data, ids)(out / "predictions")
+    ids = [c.case_id for c in meta.training if c.label is not None]
+    return case_scorer(model, meta.root, ids)(out / "predictions")
 
 
-def nnunet_images(data: Path, out: Path) -> Path:
-    """``data``'s images in nnU-Net's naming, written once for every nnU-Net run (a folder that is
+def nnunet_images(meta: MsdDataset, out: Path) -> Path:
+    """``meta``'s images in nnU-Net's naming, written once for every nnU-Net run (a folder that is
     complete, or not there)."""
-    from distmis.data import read_dataset_json
-
     folder = out / "nnunet-images"
     if folder.is_dir():
         return folder
     tmp = folder.with_name(folder.name + ".part")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    for case in read_dataset_json(data).training:
+    for case in meta.training:
         write_nnunet_images(case.image, case.case_id, tmp)
     tmp.rename(folder)
     return folder
 
 
-def rescore(run: Path, data: Path, out: Path, python: str) -> dict[str, Any]:
-    """One kept run scored on ``data``, kept at ``out/scores.json`` (written last: there or not)."""
+def rescore(run: Path, meta: MsdDataset, out: Path, python: str) -> dict[str, Any]:
+    """One kept run scored on ``meta``'s cases, kept at ``out/scores.json`` (written last: there or not)."""
     kept_scores = out / "scores.json"
     if kept_scores.is_file():
         return json.loads(kept_scores.read_text())
     result = json.loads((run / "result.json").read_text())
     model = distmis_model(run, result)
     if model is not None:
-        scores = score_distmis(model, data, out / "evaluate", out.parents[2] / "data-home")
+        scores = score_distmis(model, meta, out / "evaluate", out.parents[2] / "data-home")
     elif run.name in NNUNET_TRAINERS:
         distmis_runs = sorted(p.parent.parent for p in run.parent.glob("*/run/splits.json"))
         if not distmis_runs:
             raise RuntimeError(f"{run}: no distmis run of this seed kept beside it to take the classes from")
         model = distmis_model(distmis_runs[0], json.loads((distmis_runs[0] / "result.json").read_text()))
         assert model is not None
-        scores = score_nnunet(run, python, data, nnunet_images(data, out.parents[2]), out, model)
+        scores = score_nnunet(run, python, meta, nnunet_images(meta, out.parents[2]), out, model)
     else:
         raise RuntimeError(f"{run}: neither a distmis run nor an nnU-Net one")
     doc = {"system": result["system"], "budget": result["budget"], "seed": result["seed"], "folder": run.name,
@@ -274,9 +272,9 @@ def main() -> None:
         fail(f"--runs {a.runs}: no finished run of peer_nnunet.py (BUDGET/seedN/SYSTEM/result.json) for these "
              "budgets and seeds")  # fmt: skip
     data = a.data.resolve()
-    check_data(data, runs)
+    meta = check_data(data, runs)
     out = (a.out or a.runs / f"rescore-{data.name}").resolve()
-    docs = [rescore(run, data, out / run.parent.parent.name / run.parent.name / run.name, a.nnunet_python)
+    docs = [rescore(run, meta, out / run.parent.parent.name / run.parent.name / run.name, a.nnunet_python)
             for run in runs]  # fmt: skip
     report(docs, a.against, out, data)
 

@@ -182,10 +182,10 @@ def test_a_deadline_that_cuts_through_the_trials_leaves_records_that_name_the_ke
     """A search whose time budget ends while its trials train: every epoch a trial kept after its first
     ended before the deadline, and results.csv, summary.json, each trial's files and best/ agree on them.
 
-    A busy machine may not end one epoch within the first budget (seen in CI at 45 s): the search then keeps
+    A busy machine may not end one epoch within the first budget: the search then keeps
     nothing, and it is run again with a longer one; the checks below never weaken. A trial's first epoch is
     kept whenever it ends (a trial Tune heard from always has weights), so on a loaded machine it may end
-    past the deadline (seen in CI by 5 s) and only the later ones are held to it."""
+    past the deadline, and only the later ones are held to it."""
     for budget in (90, 240):
         out = tmp_path / f"run-{budget}"
         result = _deadline_search(prepared16, tmp_path, budget, out)
@@ -235,7 +235,7 @@ def _deadline_search(prepared: Path, tmp_path: Path, budget: int, out: Path) -> 
             {
                 "name": "deadline",
                 "data": {"source": str(prepared)},
-                # more epochs than any machine ends in the budget (an idle one ended 500 in 90 s): the deadline cuts them
+                # more epochs than any machine ends in the budget: the deadline, not the epoch count, ends the trials
                 "train": {"epochs": EPOCHS_NEVER_REACHED, "steps_per_epoch": 3, "batch_size_per_replica": 2},
                 "model": {"depth": 2, "filters": 4},
                 "search": {
