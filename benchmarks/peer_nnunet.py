@@ -361,8 +361,24 @@ def run_distmis(
 
 
 # --------------------------------------------------------------------------- nnU-Net
-def _nnunet_cli(python: str, name: str) -> list[str]:
+def nnunet_cli(python: str, name: str) -> list[str]:
+    """One of nnU-Net's commands run by ``python``, so that the peer's own environment needs no scripts on PATH."""
     return [python, "-c", f"import sys; from nnunetv2.{name}; sys.exit(main())"]
+
+
+# nnU-Net finds a dataset by its folder's name, DatasetXXX_NAME: this writes that name and reads it back
+NNUNET_FOLDER = re.compile(r"Dataset(\d{3,})_(\w+)")
+
+
+def nnunet_folder(dataset_id: int, task: str) -> str:
+    """nnU-Net's folder name for ``task``: a user's folder name may hold characters it does not accept."""
+    return f"Dataset{dataset_id:03d}_{re.sub(r'[^A-Za-z0-9_]', '_', task)}"
+
+
+def nnunet_dataset_id(folder: str) -> int | None:
+    """The dataset number of one of nnU-Net's folder names, or None for any other name."""
+    match = NNUNET_FOLDER.fullmatch(folder)
+    return int(match.group(1)) if match else None
 
 
 NNUNET_ENTRY = {
@@ -388,8 +404,7 @@ def to_nnunet_raw(raw: Path, splits: dict[str, list[str]], dataset_id: int, targ
     from distmis.data import read_dataset_json
 
     meta = read_dataset_json(raw)
-    # nnU-Net finds a dataset by its folder's name, DatasetXXX_NAME: a user's folder name may hold what it does not
-    folder = target / f"Dataset{dataset_id:03d}_{re.sub(r'[^A-Za-z0-9_]', '_', raw.name)}"
+    folder = target / nnunet_folder(dataset_id, raw.name)
     if (folder / "dataset.json").is_file():
         return folder
     tmp = folder.with_name(folder.name + ".part")
@@ -445,14 +460,14 @@ def run_nnunet(python: str, raw: Path, splits: dict[str, list[str]], budget: str
     }
     plan_s = 0.0
     if not (base / "preprocessed" / folder.name / "nnUNetPlans.json").is_file():
-        cmd = [*_nnunet_cli(python, NNUNET_ENTRY["plan"]), "-d", str(dataset_id), "-c", "3d_fullres", "-np", str(procs),
+        cmd = [*nnunet_cli(python, NNUNET_ENTRY["plan"]), "-d", str(dataset_id), "-c", "3d_fullres", "-np", str(procs),
                "--verify_dataset_integrity"]  # fmt: skip
         plan_s, _ = run(cmd, out / "plan.log", env)
-    train = [*_nnunet_cli(python, NNUNET_ENTRY["train"]), str(dataset_id), "3d_fullres", "all", "-tr", trainer,
+    train = [*nnunet_cli(python, NNUNET_ENTRY["train"]), str(dataset_id), "3d_fullres", "all", "-tr", trainer,
              "-device", "cpu"]  # fmt: skip
     train_s, train_gb = run(train, out / "train.log", {**env, "DISTMIS_PEER_STARTED": str(time.time())})
     pred = out / "predictions"
-    predict = [*_nnunet_cli(python, NNUNET_ENTRY["predict"]), "-i", str(folder / "imagesTs"), "-o", str(pred),
+    predict = [*nnunet_cli(python, NNUNET_ENTRY["predict"]), "-i", str(folder / "imagesTs"), "-o", str(pred),
                "-d", str(dataset_id), "-c", "3d_fullres", "-f", "all", "-tr", trainer, "-device", "cpu",
                "-chk", "checkpoint_final.pth"]  # fmt: skip
     predict_s, predict_gb = run(predict, out / "predict.log", env)

@@ -25,7 +25,6 @@ import hashlib
 import json
 import math
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -35,7 +34,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import yaml
 from benchlib import write_report
-from peer_nnunet import NNUNET_ENTRY, NNUNET_TRAINERS, _nnunet_cli, case_scorer, class_dice, write_nnunet_images
+from peer_nnunet import (
+    NNUNET_ENTRY,
+    NNUNET_TRAINERS,
+    case_scorer,
+    class_dice,
+    nnunet_cli,
+    nnunet_dataset_id,
+    write_nnunet_images,
+)
 
 if TYPE_CHECKING:
     from distmis.data import MsdDataset
@@ -136,10 +143,11 @@ def score_nnunet(run: Path, python: str, meta: MsdDataset, images: Path, out: Pa
     """{case: {class: Dice}} of a kept nnU-Net model on every case of ``meta`` (scored with the classes
     of the distmis ``model`` of its seed, as ``peer_nnunet.py`` scores it)."""
     results = run / "results"
-    found = [p.name for p in results.glob("Dataset*_*") if p.is_dir()]
-    if len(found) != 1:
-        raise RuntimeError(f"{results}: expected one nnU-Net dataset folder, found {found}")
-    dataset_id = int(re.match(r"Dataset(\d+)_", found[0]).group(1))  # type: ignore[union-attr]
+    found = {p.name: nnunet_dataset_id(p.name) for p in results.iterdir() if p.is_dir()}
+    ids = [i for i in found.values() if i is not None]
+    if len(ids) != 1:
+        raise RuntimeError(f"{results}: expected one nnU-Net dataset folder (DatasetXXX_NAME), found {sorted(found)}")
+    dataset_id = ids[0]
     scratch = out / "nnunet-env"
     env = {
         **os.environ,
@@ -147,7 +155,7 @@ def score_nnunet(run: Path, python: str, meta: MsdDataset, images: Path, out: Pa
         "nnUNet_raw": str(scratch),
         "nnUNet_preprocessed": str(scratch),
     }
-    cmd = [*_nnunet_cli(python, NNUNET_ENTRY["predict"]), "-i", str(images), "-o", str(out / "predictions"),
+    cmd = [*nnunet_cli(python, NNUNET_ENTRY["predict"]), "-i", str(images), "-o", str(out / "predictions"),
            "-d", str(dataset_id), "-c", "3d_fullres", "-f", "all", "-tr", NNUNET_TRAINERS[run.name],
            "-device", "cpu", "-chk", "checkpoint_final.pth"]  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)

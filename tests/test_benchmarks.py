@@ -196,3 +196,22 @@ def test_the_peer_benchmarks_nnunet_trainer_is_valid_python_with_its_budget_hook
     methods = {f.name for f in classes[peer.TRAINER].body if isinstance(f, ast.FunctionDef)}
     assert {"on_train_start", "run_training", "perform_actual_validation"} <= methods
     assert "DISTMIS_PEER_STARTED" in peer.TRAINER_SOURCE and "DISTMIS_PEER_BUDGET_S" in peer.TRAINER_SOURCE
+
+
+def test_the_peer_benchmarks_nnunet_folder_name_is_written_and_read_back_by_one_rule(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """nnU-Net finds a dataset by its folder's name (DatasetXXX_NAME): the benchmark writes it when it
+    converts a task and the re-score reads its number back from a kept run, so both go through one rule,
+    and a half-written ``.part`` folder or any other folder is never taken for a dataset."""
+    import importlib
+
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    peer = importlib.import_module("peer_nnunet")
+    for dataset_id, task in [(500, "mni152"), (502, "my task-1.v2"), (7, "Task99_Mine"), (1234, "ünï")]:
+        folder = peer.nnunet_folder(dataset_id, task)
+        assert folder.startswith(f"Dataset{dataset_id:03d}_")
+        assert re.fullmatch(r"Dataset\d{3,}_[A-Za-z0-9_]+", folder), folder
+        assert peer.nnunet_dataset_id(folder) == dataset_id
+    for other in ["Dataset500_mni152.part", "Dataset5_x", "Dataset500", "nnUNetTrainer_DistmisBudget", ".cache"]:
+        assert peer.nnunet_dataset_id(other) is None, other
