@@ -388,6 +388,15 @@ NNUNET_ENTRY = {
 }
 
 
+def nnunet_predict_cmd(python: str, images: Path, out: Path, dataset_id: int, trainer: str) -> list[str]:
+    """``nnUNetv2_predict`` of the images in ``images`` into ``out`` with the final checkpoint of the
+    ``trainer`` model of fold ``all``, on the CPU: how the benchmark and the re-score both predict, so
+    that their scores come from the same model and the same mirroring."""
+    return [*nnunet_cli(python, NNUNET_ENTRY["predict"]), "-i", str(images), "-o", str(out),
+            "-d", str(dataset_id), "-c", "3d_fullres", "-f", "all", "-tr", trainer, "-device", "cpu",
+            "-chk", "checkpoint_final.pth"]  # fmt: skip
+
+
 def install_trainer(python: str) -> None:
     """Put the trainer variant where nnU-Net looks for trainers (its documented way to add one)."""
     where = subprocess.run(
@@ -467,9 +476,7 @@ def run_nnunet(python: str, raw: Path, splits: dict[str, list[str]], budget: str
              "-device", "cpu"]  # fmt: skip
     train_s, train_gb = run(train, out / "train.log", {**env, "DISTMIS_PEER_STARTED": str(time.time())})
     pred = out / "predictions"
-    predict = [*nnunet_cli(python, NNUNET_ENTRY["predict"]), "-i", str(folder / "imagesTs"), "-o", str(pred),
-               "-d", str(dataset_id), "-c", "3d_fullres", "-f", "all", "-tr", trainer, "-device", "cpu",
-               "-chk", "checkpoint_final.pth"]  # fmt: skip
+    predict = nnunet_predict_cmd(python, folder / "imagesTs", pred, dataset_id, trainer)
     predict_s, predict_gb = run(predict, out / "predict.log", env)
     dice = scorer(pred)
     data = {

@@ -35,12 +35,11 @@ import numpy as np
 import yaml
 from benchlib import write_report
 from peer_nnunet import (
-    NNUNET_ENTRY,
     NNUNET_TRAINERS,
     case_scorer,
     class_dice,
-    nnunet_cli,
     nnunet_dataset_id,
+    nnunet_predict_cmd,
     write_nnunet_images,
 )
 
@@ -155,9 +154,7 @@ def score_nnunet(run: Path, python: str, meta: MsdDataset, images: Path, out: Pa
         "nnUNet_raw": str(scratch),
         "nnUNet_preprocessed": str(scratch),
     }
-    cmd = [*nnunet_cli(python, NNUNET_ENTRY["predict"]), "-i", str(images), "-o", str(out / "predictions"),
-           "-d", str(dataset_id), "-c", "3d_fullres", "-f", "all", "-tr", NNUNET_TRAINERS[run.name],
-           "-device", "cpu", "-chk", "checkpoint_final.pth"]  # fmt: skip
+    cmd = nnunet_predict_cmd(python, images, out / "predictions", dataset_id, NNUNET_TRAINERS[run.name])
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "predict.log", "w") as log:
         rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
