@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 
@@ -39,6 +39,13 @@ ANATOMY_DATA = {"mni152": ("mni152", 64, 2.0), "anatomy32": ("mni152_32", 32, 4.
 #: ``train.augment`` keys that turn on nnU-Net's augmentation for a 3D patch: rotation 30, scale
 #: [0.7, 1.4] and its intensity transforms at strength 1 (merged into a file's own keys, its flips kept)
 NNUNET_AUGMENT: dict[str, Any] = {"rotation": 30.0, "scale": [0.7, 1.4], "nnunet_intensity": 1.0}
+
+
+def fail(script: str, message: str) -> NoReturn:
+    """A benchmark's bad input: one ``SCRIPT: error:`` line and exit code 2, as argparse and distmis
+    answer one, before anything is built, trained or written."""
+    print(f"{script}: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def prepare_task(task: str, base: dict[str, Any], base_dir: Path, root: Path) -> Path:

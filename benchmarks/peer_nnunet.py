@@ -29,6 +29,9 @@ For each task, budget and seed:
   also derived from nnU-Net's own ``nnUNetTrainerNoDA`` (no augmentation, and so no mirroring when it
   predicts), which shares the first's planning and preprocessing.
 
+nnU-Net trains and predicts on ``--nnunet-device``: by default a GPU where the peer environment's
+torch sees one (as distmis's TensorFlow takes one), else the CPU; each run's record keeps it.
+
 The trainer variant is installed the way nnU-Net documents it: as a module inside
 ``nnunetv2/training/nnUNetTrainer`` of the environment nnU-Net runs in (the ``peers`` extra:
 ``pip install '.[peers]'``, or ``--nnunet-python`` for another environment).
@@ -59,8 +62,9 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
+import benchlib
 import numpy as np
 from benchlib import NNUNET_AUGMENT, add_out_option, write_report
 
@@ -183,6 +187,11 @@ class PeakMemory:
         return self.peak / 2**30
 
 
+def fail(message: str) -> NoReturn:
+    """Bad input to the benchmark: one error line and exit code 2, before anything is built or trained."""
+    benchlib.fail("peer_nnunet", message)
+
+
 def run(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> tuple[float, float]:
     """Run ``cmd`` to ``log``; (wall seconds, peak GiB of its process tree). Raises on failure."""
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -209,11 +218,11 @@ def task_key(task: str) -> str:
         return task
     folder = Path(task)
     if not (folder / "dataset.json").is_file():
-        raise SystemExit(f"peer_nnunet: error: --task {task}: expected {' or '.join(BUILTIN_TASKS)}, or an MSD-layout "
+        fail(f"--task {task}: expected {' or '.join(BUILTIN_TASKS)}, or an MSD-layout "
                          "dataset folder holding dataset.json")  # fmt: skip
     name = folder.resolve().name
     if name in BUILTIN_TASKS or name == "data":
-        raise SystemExit(f"peer_nnunet: error: --task {task}: a dataset folder named {name!r} would share the "
+        fail(f"--task {task}: a dataset folder named {name!r} would share the "
                          "benchmark's own folder of that name under --out; rename or link it")  # fmt: skip
     return name
 
@@ -252,7 +261,7 @@ def parse_sets(texts: list[str]) -> dict[str, Any]:
     for text in texts:
         key, eq, value = text.partition("=")
         if not eq or not key or any(not part for part in key.split(".")):
-            raise SystemExit(f"peer_nnunet: error: --set {text!r}: expected KEY=VALUE with a dotted KEY")
+            fail(f"--set {text!r}: expected KEY=VALUE with a dotted KEY")
         sets[key] = yaml.safe_load(value)
     return sets
 
@@ -265,7 +274,7 @@ def apply_sets(doc: dict[str, Any], sets: dict[str, Any]) -> None:
         for section in sections:
             node = node.setdefault(section, {})
             if not isinstance(node, dict):
-                raise SystemExit(f"peer_nnunet: error: --set {key}: {section} is not a section of init's file")
+                fail(f"--set {key}: {section} is not a section of init's file")
         node[leaf] = value
 
 
@@ -312,7 +321,7 @@ def run_distmis(
     if result.is_file():
         kept = json.loads(result.read_text())
         if kept.get("system") != system:  # another --recipe or --set ran here: never report it as this one
-            raise SystemExit(f"peer_nnunet: error: {out} holds a run of {kept.get('system')!r}, not {system!r}; "
+            fail(f"{out} holds a run of {kept.get('system')!r}, not {system!r}; "
                              "give another --out")  # fmt: skip
         return kept
     if out.exists():
@@ -388,12 +397,57 @@ NNUNET_ENTRY = {
 }
 
 
-def nnunet_predict_cmd(python: str, images: Path, out: Path, dataset_id: int, trainer: str) -> list[str]:
+#: nnU-Net's own ``-device`` values; ``auto`` is the benchmark's, resolved by :func:`nnunet_device`
+NNUNET_DEVICES = ("auto", "cpu", "cuda", "mps")
+
+# what the peer's torch can run on, best first, as nnU-Net's -device names them
+_PROBE = (
+    "import torch; print(' '.join(['cuda'] * torch.cuda.is_available() + "
+    "['mps'] * torch.backends.mps.is_available() + ['cpu']))"
+)
+
+
+def add_nnunet_options(p: argparse.ArgumentParser) -> None:
+    """``--nnunet-python`` and ``--nnunet-device``, the same in the benchmark and the re-score."""
+    p.add_argument("--nnunet-python", default=sys.executable, help="the Python that has nnunetv2 (the peers extra)")
+    p.add_argument("--nnunet-device", choices=NNUNET_DEVICES, default="auto",
+                   help="where nnU-Net trains and predicts (default auto: a GPU where the peer's torch sees one, "
+                   "as distmis's TensorFlow takes one, else the CPU)")  # fmt: skip
+
+
+def nnunet_device(python: str, device: str) -> str:
+    """The device nnU-Net is run on, checked before anything trains: ``auto`` is the first the peer's
+    own torch can use (a user's GPU, not a device written into the benchmark); a device it cannot use
+    raises ValueError rather than fail after the distmis runs of an hour."""
+    if device == "cpu":
+        return device
+    try:
+        probe = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True)
+    except OSError as err:
+        raise ValueError(f"--nnunet-python {python}: cannot run it ({err.strerror})") from None
+    if probe.returncode != 0:
+        why = (probe.stderr.strip().splitlines() or ["no message"])[-1]
+        raise ValueError(f"--nnunet-python {python}: cannot import torch ({why})")
+    usable = probe.stdout.split()
+    if device == "auto":
+        return usable[0]
+    if device not in usable:
+        raise ValueError(f"--nnunet-device {device}: the torch of {python} can use only {', '.join(usable)}")
+    return device
+
+
+def nnunet_train_cmd(python: str, dataset_id: int, trainer: str, device: str) -> list[str]:
+    """``nnUNetv2_train`` of fold ``all`` (every training case; nnU-Net's single model) with ``trainer``."""
+    return [*nnunet_cli(python, NNUNET_ENTRY["train"]), str(dataset_id), "3d_fullres", "all", "-tr", trainer,
+            "-device", device]  # fmt: skip
+
+
+def nnunet_predict_cmd(python: str, images: Path, out: Path, dataset_id: int, trainer: str, device: str) -> list[str]:
     """``nnUNetv2_predict`` of the images in ``images`` into ``out`` with the final checkpoint of the
-    ``trainer`` model of fold ``all``, on the CPU: how the benchmark and the re-score both predict, so
-    that their scores come from the same model and the same mirroring."""
+    ``trainer`` model of fold ``all``: how the benchmark and the re-score both predict, so that their
+    scores come from the same model and the same mirroring."""
     return [*nnunet_cli(python, NNUNET_ENTRY["predict"]), "-i", str(images), "-o", str(out),
-            "-d", str(dataset_id), "-c", "3d_fullres", "-f", "all", "-tr", trainer, "-device", "cpu",
+            "-d", str(dataset_id), "-c", "3d_fullres", "-f", "all", "-tr", trainer, "-device", device,
             "-chk", "checkpoint_final.pth"]  # fmt: skip
 
 
@@ -451,7 +505,7 @@ def write_nnunet_images(image: Path, case_id: str, folder: Path) -> None:
 
 
 def run_nnunet(python: str, raw: Path, splits: dict[str, list[str]], budget: str, seed: int, out: Path,
-               scorer: Any, procs: int, trainer: str = TRAINER) -> dict[str, Any]:  # fmt: skip
+               scorer: Any, procs: int, trainer: str = TRAINER, device: str = "cpu") -> dict[str, Any]:  # fmt: skip
     """nnU-Net v2 trained with ``trainer`` for the budget, fold ``all``, and its test predictions scored;
     the task's planning and preprocessing are shared by every run of the seed (and counted once)."""
     result = out / "result.json"
@@ -472,17 +526,17 @@ def run_nnunet(python: str, raw: Path, splits: dict[str, list[str]], budget: str
         cmd = [*nnunet_cli(python, NNUNET_ENTRY["plan"]), "-d", str(dataset_id), "-c", "3d_fullres", "-np", str(procs),
                "--verify_dataset_integrity"]  # fmt: skip
         plan_s, _ = run(cmd, out / "plan.log", env)
-    train = [*nnunet_cli(python, NNUNET_ENTRY["train"]), str(dataset_id), "3d_fullres", "all", "-tr", trainer,
-             "-device", "cpu"]  # fmt: skip
+    train = nnunet_train_cmd(python, dataset_id, trainer, device)
     train_s, train_gb = run(train, out / "train.log", {**env, "DISTMIS_PEER_STARTED": str(time.time())})
     pred = out / "predictions"
-    predict = nnunet_predict_cmd(python, folder / "imagesTs", pred, dataset_id, trainer)
+    predict = nnunet_predict_cmd(python, folder / "imagesTs", pred, dataset_id, trainer, device)
     predict_s, predict_gb = run(predict, out / "predict.log", env)
     dice = scorer(pred)
     data = {
         "system": "nnU-Net v2" + (", no augmentation (NoDA)" if trainer == TRAINER_NODA else ""),
         "budget": budget,
         "seed": seed,
+        "device": device,
         "train_seconds": train_s,
         "total_seconds": plan_s + train_s,
         "plan_seconds": plan_s,
@@ -626,7 +680,7 @@ def main() -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
                    help="set a dotted key of init's file to a YAML value for every distmis system (repeatable), "
                    "e.g. model.norm=instance: one part of a recipe on or off")  # fmt: skip
-    p.add_argument("--nnunet-python", default=sys.executable, help="the Python that has nnunetv2 (the peers extra)")
+    add_nnunet_options(p)
     p.add_argument("--iterations", type=int, default=25, help="nnU-Net iterations per epoch")
     p.add_argument("--kept", action="store_true",
                    help="run nothing: report and draw the runs already kept under --out for these budgets, "
@@ -640,7 +694,7 @@ def main() -> None:
         where = [root / key / b / f"seed{s}" for b in a.budgets.split(",") for s in a.seeds.split(",")]
         rows = [r for w in where for r in kept_runs(w, a.systems.split(","), sets)]
         if not rows:
-            raise SystemExit(f"peer_nnunet: error: --kept: no finished run under {root / key}")
+            fail(f"--kept: no finished run under {root / key}")
         report(rows, root / key)
         return
     systems = a.systems.split(",")
@@ -655,10 +709,15 @@ def main() -> None:
             if not distmis_runs(root / key / b / f"seed{s}")
         ]
         if missing:
-            raise SystemExit(
-                f"peer_nnunet: error: --systems: nnU-Net is scored on a distmis run's test cases, and none is kept "
+            fail(
+                f"--systems: nnU-Net is scored on a distmis run's test cases, and none is kept "
                 f"under {root / key} for {', '.join(missing)}: add distmis or finalize to --systems"
             )
+    if nnunet:
+        try:
+            device = nnunet_device(a.nnunet_python, a.nnunet_device)
+        except ValueError as err:
+            fail(str(err))
     raw = task_data(a.task, root)
     if nnunet:
         install_trainer(a.nnunet_python)
@@ -678,7 +737,7 @@ def main() -> None:
                 score = scorer_for(searched / "best", raw, splits["test"])
             for system in nnunet:
                 rows.append(run_nnunet(a.nnunet_python, raw, splits, budget, seed, where / system_folder(system, sets),
-                                       score, os.cpu_count() or 1, NNUNET_TRAINERS[system]))  # fmt: skip
+                                       score, os.cpu_count() or 1, NNUNET_TRAINERS[system], device))  # fmt: skip
             report(rows, root / key)
 
 

@@ -29,16 +29,19 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
+import benchlib
 import numpy as np
 import yaml
 from benchlib import write_report
 from peer_nnunet import (
     NNUNET_TRAINERS,
+    add_nnunet_options,
     case_scorer,
     class_dice,
     nnunet_dataset_id,
+    nnunet_device,
     nnunet_predict_cmd,
     write_nnunet_images,
 )
@@ -49,10 +52,9 @@ if TYPE_CHECKING:
 NAME = "peer_rescore"
 
 
-def fail(message: str) -> None:
+def fail(message: str) -> NoReturn:
     """One error line and exit code 2, before anything is written."""
-    print(f"{NAME}: error: {message}", file=sys.stderr)
-    raise SystemExit(2)
+    benchlib.fail(NAME, message)
 
 
 # --------------------------------------------------------------------------- the kept runs
@@ -138,7 +140,8 @@ def score_distmis(model: Path, meta: MsdDataset, out: Path, home: Path) -> dict[
     return scores
 
 
-def score_nnunet(run: Path, python: str, meta: MsdDataset, images: Path, out: Path, model: Path) -> dict[str, Any]:
+def score_nnunet(run: Path, python: str, device: str, meta: MsdDataset, images: Path, out: Path,
+                 model: Path) -> dict[str, Any]:  # fmt: skip
     """{case: {class: Dice}} of a kept nnU-Net model on every case of ``meta`` (scored with the classes
     of the distmis ``model`` of its seed, as ``peer_nnunet.py`` scores it)."""
     results = run / "results"
@@ -154,7 +157,7 @@ def score_nnunet(run: Path, python: str, meta: MsdDataset, images: Path, out: Pa
         "nnUNet_raw": str(scratch),
         "nnUNet_preprocessed": str(scratch),
     }
-    cmd = nnunet_predict_cmd(python, images, out / "predictions", dataset_id, NNUNET_TRAINERS[run.name])
+    cmd = nnunet_predict_cmd(python, images, out / "predictions", dataset_id, NNUNET_TRAINERS[run.name], device)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "predict.log", "w") as log:
         rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
@@ -179,7 +182,7 @@ def nnunet_images(meta: MsdDataset, out: Path) -> Path:
     return folder
 
 
-def rescore(run: Path, meta: MsdDataset, out: Path, python: str) -> dict[str, Any]:
+def rescore(run: Path, meta: MsdDataset, out: Path, python: str, device: str) -> dict[str, Any]:
     """One kept run scored on ``meta``'s cases, kept at ``out/scores.json`` (written last: there or not)."""
     kept_scores = out / "scores.json"
     if kept_scores.is_file():
@@ -194,7 +197,7 @@ def rescore(run: Path, meta: MsdDataset, out: Path, python: str) -> dict[str, An
             raise RuntimeError(f"{run}: no distmis run of this seed kept beside it to take the classes from")
         model = distmis_model(distmis_runs[0], json.loads((distmis_runs[0] / "result.json").read_text()))
         assert model is not None
-        scores = score_nnunet(run, python, meta, nnunet_images(meta, out.parents[2]), out, model)
+        scores = score_nnunet(run, python, device, meta, nnunet_images(meta, out.parents[2]), out, model)
     else:
         raise RuntimeError(f"{run}: neither a distmis run nor an nnU-Net one")
     doc = {"system": result["system"], "budget": result["budget"], "seed": result["seed"], "folder": run.name,
@@ -267,7 +270,7 @@ def main() -> None:
     p.add_argument("--against", default="nnunet",
                    help="the system folder each run is paired with, scan by scan, at its budget and seed (default nnunet; "
                    "distmis for a --set run, distmis-finalize for a --set run of finalize)")  # fmt: skip
-    p.add_argument("--nnunet-python", default=sys.executable, help="the Python that has nnunetv2 (the peers extra)")
+    add_nnunet_options(p)
     p.add_argument("--out", type=Path, default=None,
                    help=f"directory for {NAME}.json, {NAME}.md and {NAME}.png, and each run's scores "
                    "(default: RUNS/rescore-DATA, DATA the dataset folder's name)")  # fmt: skip
@@ -279,8 +282,15 @@ def main() -> None:
     data = a.data.resolve()
     meta = check_data(data, runs)
     out = (a.out or a.runs / f"rescore-{data.name}").resolve()
-    docs = [rescore(run, meta, out / run.parent.parent.name / run.parent.name / run.name, a.nnunet_python)
-            for run in runs]  # fmt: skip
+    scores = {run: out / run.parent.parent.name / run.parent.name / run.name for run in runs}
+    device = "cpu"
+    # only a run not yet scored needs nnU-Net's torch: kept scores are reported without it
+    if any(run.name in NNUNET_TRAINERS and not (scores[run] / "scores.json").is_file() for run in runs):
+        try:
+            device = nnunet_device(a.nnunet_python, a.nnunet_device)
+        except ValueError as err:
+            fail(str(err))
+    docs = [rescore(run, meta, scores[run], a.nnunet_python, device) for run in runs]
     report(docs, a.against, out, data)
 
 

@@ -215,3 +215,37 @@ def test_the_peer_benchmarks_nnunet_folder_name_is_written_and_read_back_by_one_
         assert peer.nnunet_dataset_id(folder) == dataset_id
     for other in ["Dataset500_mni152.part", "Dataset5_x", "Dataset500", "nnUNetTrainer_DistmisBudget", ".cache"]:
         assert peer.nnunet_dataset_id(other) is None, other
+
+
+def test_the_peer_benchmark_runs_nnunet_on_the_device_asked_for_and_refuses_one_its_torch_cannot_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nnU-Net trains and predicts on the device given (a GPU where the user has one, not a CPU
+    written into the benchmark); a device the peer's torch cannot use, or a peer Python that cannot
+    run, is one error line before anything is built or trained, not a failure after the distmis runs."""
+    import importlib
+
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    peer = importlib.import_module("peer_nnunet")
+    for device in ["cpu", "cuda", "mps"]:
+        train = peer.nnunet_train_cmd("python", 500, peer.TRAINER, device)
+        predict = peer.nnunet_predict_cmd("python", Path("in"), Path("out"), 500, peer.TRAINER, device)
+        for cmd in (train, predict):
+            assert cmd[cmd.index("-device") + 1] == device and cmd.count("-device") == 1
+    assert peer.nnunet_device("/nonexistent", "cpu") == "cpu"
+
+    command = [sys.executable, str(REPO / "benchmarks" / "peer_nnunet.py"), "--systems", "distmis,nnunet"]
+    for python, device, expected in [
+        ("/nonexistent", "auto", "--nnunet-python /nonexistent: cannot run it"),
+        (sys.executable, "mps", "--nnunet-"),
+    ]:
+        done = subprocess.run(
+            [*command, "--out", str(tmp_path), "--nnunet-python", python, "--nnunet-device", device],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=REPO,
+        )
+        assert done.returncode != 0
+        assert done.stderr.strip().splitlines()[-1].startswith(f"peer_nnunet: error: {expected}"), done.stderr
+        assert not any(tmp_path.iterdir())
