@@ -415,24 +415,24 @@ def add_nnunet_options(p: argparse.ArgumentParser) -> None:
                    "as distmis's TensorFlow takes one, else the CPU)")  # fmt: skip
 
 
-def nnunet_device(python: str, device: str) -> str:
+def nnunet_device(python: str, device: str, script: str) -> str:
     """The device nnU-Net is run on, checked before anything trains: ``auto`` is the first the peer's
     own torch can use (a user's GPU, not a device written into the benchmark); a device it cannot use
-    raises ValueError rather than fail after the distmis runs of an hour."""
+    is ``script``'s one error line and exit 2, not a failure after the distmis runs of an hour."""
     if device == "cpu":
         return device
     try:
         probe = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True)
     except OSError as err:
-        raise ValueError(f"--nnunet-python {python}: cannot run it ({err.strerror})") from None
+        benchlib.fail(script, f"--nnunet-python {python}: cannot run it ({err.strerror})")
     if probe.returncode != 0:
         why = (probe.stderr.strip().splitlines() or ["no message"])[-1]
-        raise ValueError(f"--nnunet-python {python}: cannot import torch ({why})")
+        benchlib.fail(script, f"--nnunet-python {python}: cannot import torch ({why})")
     usable = probe.stdout.split()
     if device == "auto":
         return usable[0]
     if device not in usable:
-        raise ValueError(f"--nnunet-device {device}: the torch of {python} can use only {', '.join(usable)}")
+        benchlib.fail(script, f"--nnunet-device {device}: the torch of {python} can use only {', '.join(usable)}")
     return device
 
 
@@ -505,7 +505,7 @@ def write_nnunet_images(image: Path, case_id: str, folder: Path) -> None:
 
 
 def run_nnunet(python: str, raw: Path, splits: dict[str, list[str]], budget: str, seed: int, out: Path,
-               scorer: Any, procs: int, trainer: str = TRAINER, device: str = "cpu") -> dict[str, Any]:  # fmt: skip
+               scorer: Any, procs: int, trainer: str, device: str) -> dict[str, Any]:  # fmt: skip
     """nnU-Net v2 trained with ``trainer`` for the budget, fold ``all``, and its test predictions scored;
     the task's planning and preprocessing are shared by every run of the seed (and counted once)."""
     result = out / "result.json"
@@ -714,10 +714,7 @@ def main() -> None:
                 f"under {root / key} for {', '.join(missing)}: add distmis or finalize to --systems"
             )
     if nnunet:
-        try:
-            device = nnunet_device(a.nnunet_python, a.nnunet_device)
-        except ValueError as err:
-            fail(str(err))
+        device = nnunet_device(a.nnunet_python, a.nnunet_device, "peer_nnunet")
     raw = task_data(a.task, root)
     if nnunet:
         install_trainer(a.nnunet_python)

@@ -182,8 +182,9 @@ def nnunet_images(meta: MsdDataset, out: Path) -> Path:
     return folder
 
 
-def rescore(run: Path, meta: MsdDataset, out: Path, python: str, device: str) -> dict[str, Any]:
-    """One kept run scored on ``meta``'s cases, kept at ``out/scores.json`` (written last: there or not)."""
+def rescore(run: Path, meta: MsdDataset, out: Path, python: str, device: str | None) -> dict[str, Any]:
+    """One kept run scored on ``meta``'s cases, kept at ``out/scores.json`` (written last: there or not);
+    ``device`` is None only when no nnU-Net run is left to predict."""
     kept_scores = out / "scores.json"
     if kept_scores.is_file():
         return json.loads(kept_scores.read_text())
@@ -196,7 +197,7 @@ def rescore(run: Path, meta: MsdDataset, out: Path, python: str, device: str) ->
         if not distmis_runs:
             raise RuntimeError(f"{run}: no distmis run of this seed kept beside it to take the classes from")
         model = distmis_model(distmis_runs[0], json.loads((distmis_runs[0] / "result.json").read_text()))
-        assert model is not None
+        assert model is not None and device is not None
         scores = score_nnunet(run, python, device, meta, nnunet_images(meta, out.parents[2]), out, model)
     else:
         raise RuntimeError(f"{run}: neither a distmis run nor an nnU-Net one")
@@ -283,13 +284,10 @@ def main() -> None:
     meta = check_data(data, runs)
     out = (a.out or a.runs / f"rescore-{data.name}").resolve()
     scores = {run: out / run.parent.parent.name / run.parent.name / run.name for run in runs}
-    device = "cpu"
     # only a run not yet scored needs nnU-Net's torch: kept scores are reported without it
+    device = None
     if any(run.name in NNUNET_TRAINERS and not (scores[run] / "scores.json").is_file() for run in runs):
-        try:
-            device = nnunet_device(a.nnunet_python, a.nnunet_device)
-        except ValueError as err:
-            fail(str(err))
+        device = nnunet_device(a.nnunet_python, a.nnunet_device, NAME)
     docs = [rescore(run, meta, scores[run], a.nnunet_python, device) for run in runs]
     report(docs, a.against, out, data)
 

@@ -232,7 +232,7 @@ def test_the_peer_benchmark_runs_nnunet_on_the_device_asked_for_and_refuses_one_
         predict = peer.nnunet_predict_cmd("python", Path("in"), Path("out"), 500, peer.TRAINER, device)
         for cmd in (train, predict):
             assert cmd[cmd.index("-device") + 1] == device and cmd.count("-device") == 1
-    assert peer.nnunet_device("/nonexistent", "cpu") == "cpu"
+    assert peer.nnunet_device("/nonexistent", "cpu", "peer_nnunet") == "cpu"
 
     command = [sys.executable, str(REPO / "benchmarks" / "peer_nnunet.py"), "--systems", "distmis,nnunet"]
     for python, device, expected in [
