@@ -114,7 +114,9 @@ class SearchSummary(_Record):
             f"{self.failed} failed; wall time {self.wall_seconds:.0f} s. Files: `{self.out}`."
         )
 
-    def print(self) -> None:
+    def print(self, *, time_budget: str | None = None) -> None:
+        """The summary table, and one ``distmis:`` line saying why there is no best model when there is
+        none; ``time_budget`` is the search's ``search.time_budget`` when it stopped the search."""
         from rich.console import Console
         from rich.table import Table
 
@@ -131,12 +133,31 @@ class SearchSummary(_Record):
         table.add_row("max concurrent trials seen", str(self.max_concurrent_observed))
         table.add_row("results", f"{self.out}/results.csv" + (", best.yaml, best/" if self.best_trial_id else ""))
         Console().print(table)
+        if self.best_trial_id is None:
+            print(self._no_best_model(time_budget), flush=True)
+
+    def _no_best_model(self, time_budget: str | None) -> str:
+        """Why a search ended without a best model, and what to change: a search that runs out of time
+        before any trial ends an epoch looks, in the table alone, like one that never ran."""
+        results = f"{self.out}/results.csv"
         if self.trials and self.failed == self.trials:
-            print(
+            return (
                 f"distmis: every trial failed ({self.failed} of {self.trials}): no best model; the error column of "
-                f"{self.out}/results.csv says why",
-                flush=True,
+                f"{results} says why"
             )
+        failed = (
+            f" ({self.failed} of {self.trials} failed: the error column of {results} says why)" if self.failed else ""
+        )
+        if time_budget is not None:
+            return (
+                f"distmis: no trial reported {self.metric} inside search.time_budget {time_budget}{failed}: no best "
+                f"model; start a new search with a longer search.time_budget (distmis init --budget plans one) or "
+                f"fewer train.steps_per_epoch, so that a trial's first epoch ends inside it"
+            )
+        return (
+            f"distmis: no trial reported {self.metric}{failed}: no best model; the epochs column of {results} says "
+            "how far each got"
+        )
 
 
 class SearchSummaryFile(SearchSummary):

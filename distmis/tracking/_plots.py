@@ -54,7 +54,11 @@ def learning_curves(out: Path, rows: list[dict[str, str]], metric: str) -> Path:
         axes[1].plot(epochs, [float(h[LOSS]) for h in hist], style, marker="o", ms=3)
     axes[0].set(xlabel="epoch", ylabel=metric, title=f"{metric} per trial (dashed: stopped early)")
     axes[1].set(xlabel="epoch", ylabel="training loss", title="training loss per trial")
-    axes[0].legend(fontsize=7, ncol=2)
+    if axes[0].lines:
+        axes[0].legend(fontsize=7, ncol=2)
+    else:  # a search stopped (by its time budget, or a failure) before any trial ended an epoch
+        for ax in axes:
+            ax.text(0.5, 0.5, "no trial reported an epoch", ha="center", va="center", transform=ax.transAxes)
     for ax in axes:
         ax.grid(alpha=0.3)
     fig.tight_layout()

@@ -355,7 +355,7 @@ def _end(
         ray_here.close()  # the rest is this process's own work
         with timings.phase("plots_and_tracking_flush"):
             finish_search_tracking(tracker, config, plan.out, summary)
-        summary.print()
+        summary.print(time_budget=config.search.time_budget if out_of_time else None)
     timings.write(plan.out / RunFile.TIMINGS)
     return summary
 

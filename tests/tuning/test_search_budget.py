@@ -214,6 +214,24 @@ def test_a_deadline_that_cuts_through_the_trials_leaves_records_that_name_the_ke
     )
 
 
+def test_a_budget_that_ends_before_any_epoch_says_so_and_what_to_change(prepared16: Path, tmp_path: Path) -> None:
+    """A search whose time budget ends before any trial has ended an epoch (a first epoch of more steps than
+    any machine ends in the budget) has no best model: ``tune`` says so in one line naming search.time_budget
+    and what to change, not only "best trial: none", and exits 1 with no best model written."""
+    out = tmp_path / "run-short"
+    result = _deadline_search(prepared16, tmp_path, 5, out, steps_per_epoch=EPOCHS_NEVER_REACHED)
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    said = [line for line in result.stdout.splitlines() if line.startswith("distmis: no trial reported")]
+    assert said == [
+        "distmis: no trial reported val_dice inside search.time_budget 5: no best model; start a new search with a "
+        "longer search.time_budget (distmis init --budget plans one) or fewer train.steps_per_epoch, so that a "
+        "trial's first epoch ends inside it"
+    ], result.stdout[-3000:]
+    assert _no_epoch_kept(out) and not (out / RunFile.BEST_MODEL_DIR).exists()
+    assert json.loads((out / RunFile.SUMMARY).read_text())["best_trial_id"] is None
+    assert "Traceback" not in result.stderr and "Warning" not in result.stderr, result.stderr[-3000:]
+
+
 def _epochs_told_to_optuna(out: Path) -> list[tuple[int, float]]:
     """Each trial of the search's Optuna study as (epochs told, the last epoch's value or -1), sorted."""
     told = []
@@ -227,7 +245,9 @@ def _epochs_told_to_optuna(out: Path) -> list[tuple[int, float]]:
 EPOCHS_NEVER_REACHED = 100_000
 
 
-def _deadline_search(prepared: Path, tmp_path: Path, budget: int, out: Path) -> subprocess.CompletedProcess[str]:
+def _deadline_search(
+    prepared: Path, tmp_path: Path, budget: int, out: Path, *, steps_per_epoch: int = 3
+) -> subprocess.CompletedProcess[str]:
     """``distmis tune`` of two long trials under a time budget of ``budget`` seconds."""
     space = tmp_path / f"space-{budget}.yaml"
     space.write_text(
@@ -236,7 +256,11 @@ def _deadline_search(prepared: Path, tmp_path: Path, budget: int, out: Path) -> 
                 "name": "deadline",
                 "data": {"source": str(prepared)},
                 # more epochs than any machine ends in the budget: the deadline, not the epoch count, ends the trials
-                "train": {"epochs": EPOCHS_NEVER_REACHED, "steps_per_epoch": 3, "batch_size_per_replica": 2},
+                "train": {
+                    "epochs": EPOCHS_NEVER_REACHED,
+                    "steps_per_epoch": steps_per_epoch,
+                    "batch_size_per_replica": 2,
+                },
                 "model": {"depth": 2, "filters": 4},
                 "search": {
                     "algorithm": "random",
