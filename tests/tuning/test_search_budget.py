@@ -229,7 +229,8 @@ def test_a_budget_that_ends_before_any_epoch_says_so_and_what_to_change(prepared
     ], result.stdout[-3000:]
     assert _no_epoch_kept(out) and not (out / RunFile.BEST_MODEL_DIR).exists()
     assert json.loads((out / RunFile.SUMMARY).read_text())["best_trial_id"] is None
-    assert "Traceback" not in result.stderr and "Warning" not in result.stderr, result.stderr[-3000:]
+    # the learning-curve plot says no trial reported an epoch, rather than warn of an empty legend
+    assert "Traceback" not in result.stderr and "No artists with labels" not in result.stderr, result.stderr[-3000:]
 
 
 def _epochs_told_to_optuna(out: Path) -> list[tuple[int, float]]:
