@@ -229,7 +229,10 @@ def full_resolution(model: keras.Model) -> keras.Model:
 
     if len(model.outputs) == 1:
         return model
-    return keras.Model(model.inputs, model.outputs[0], name=f"{model.name}_full_resolution")
+    # the one input tensor, not the list ``model.inputs``: a view built on the list expects a list, and
+    # Keras warns at every call with the image tensor that validation and inference pass
+    (image,) = model.inputs
+    return keras.Model(image, model.outputs[0], name=f"{model.name}_full_resolution")
 
 
 def deep_supervision_weights(outputs: int) -> list[float]:

@@ -94,6 +94,7 @@ def test_deep_supervision_weights_are_nnunets() -> None:
     assert deep_supervision_weights(2) == [1.0, 0.0]
 
 
+@pytest.mark.filterwarnings("error::UserWarning")  # the view takes the image tensor as validation passes it
 def test_deep_supervised_outputs_and_the_full_resolution_view() -> None:
     model = build_unet(nnunet_model(4).model_copy(update={"filters": 4, "max_filters": 12}), channels=2, num_classes=3)
     x = np.random.default_rng(0).normal(size=(1, 16, 24, 16, 2)).astype(np.float32)
