@@ -187,9 +187,13 @@ class PeakMemory:
         return self.peak / 2**30
 
 
+#: the script's name: its error lines, its report's files and its default output folder
+NAME = "peer_nnunet"
+
+
 def fail(message: str) -> NoReturn:
     """Bad input to the benchmark: one error line and exit code 2, before anything is built or trained."""
-    benchlib.fail("peer_nnunet", message)
+    benchlib.fail(NAME, message)
 
 
 def run(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> tuple[float, float]:
@@ -632,7 +636,7 @@ def report(rows: list[dict[str, Any]], out: Path) -> None:
         ax.legend(fontsize=8)
 
     title = "test Dice [range over seeds] against wall time: distmis and nnU-Net v2 side by side"
-    write_report(out, "peer_nnunet", title=title, rows=table, data={"runs": rows}, figure=draw)
+    write_report(out, NAME, title=title, rows=table, data={"runs": rows}, figure=draw)
 
 
 #: ``--systems`` name -> the folder its runs keep under OUT/TASK/BUDGET/seedN
@@ -685,7 +689,7 @@ def main() -> None:
     p.add_argument("--kept", action="store_true",
                    help="run nothing: report and draw the runs already kept under --out for these budgets, "
                    "seeds and systems (a run not there is left out)")  # fmt: skip
-    add_out_option(p, "peer_nnunet", default=Path("runs/peer"))
+    add_out_option(p, NAME, default=Path("runs/peer"))
     a = p.parse_args()
     sets = parse_sets(a.sets)
     root = a.out.resolve()
@@ -714,7 +718,7 @@ def main() -> None:
                 f"under {root / key} for {', '.join(missing)}: add distmis or finalize to --systems"
             )
     if nnunet:
-        device = nnunet_device(a.nnunet_python, a.nnunet_device, "peer_nnunet")
+        device = nnunet_device(a.nnunet_python, a.nnunet_device, NAME)
     raw = task_data(a.task, root)
     if nnunet:
         install_trainer(a.nnunet_python)
