@@ -219,7 +219,7 @@ def test_a_budget_that_ends_before_any_epoch_says_so_and_what_to_change(prepared
     any machine ends in the budget) has no best model: ``tune`` says so in one line naming search.time_budget
     and what to change, not only "best trial: none", and exits 1 with no best model written."""
     out = tmp_path / "run-short"
-    result = _deadline_search(prepared16, tmp_path, 5, out, steps_per_epoch=EPOCHS_NEVER_REACHED)
+    result = _deadline_search(prepared16, tmp_path, 5, out, steps_per_epoch=STEPS_NEVER_REACHED)
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
     said = [line for line in result.stdout.splitlines() if line.startswith("distmis: no trial reported")]
     assert said == [
@@ -244,6 +244,9 @@ def _epochs_told_to_optuna(out: Path) -> list[tuple[int, float]]:
 
 #: a trial's epochs in the deadline search: ending them all in 240 s would take 400 epochs a second
 EPOCHS_NEVER_REACHED = 100_000
+
+#: steps in a first epoch no machine ends inside a 5 s budget: 20,000 steps a second
+STEPS_NEVER_REACHED = 100_000
 
 
 def _deadline_search(
