@@ -76,6 +76,9 @@ class SearchSummary(_Record):
     started_at: float | None = None
     #: stopped on request before the end; ``--resume`` continues it
     interrupted: bool = False
+    #: trials whose set-up ended and whose first epoch began: with no epoch reported, it tells a budget
+    #: that set-up alone outlasted from one that a first epoch outlasted (None: not counted)
+    began_training: int | None = Field(default=None, ge=0)
 
     @classmethod
     def interrupted_search(
@@ -149,11 +152,15 @@ class SearchSummary(_Record):
             f" ({self.failed} of {self.trials} failed: the error column of {results} says why)" if self.failed else ""
         )
         if time_budget is not None:
-            return (
-                f"distmis: no trial reported {self.metric} inside search.time_budget {time_budget}{failed}: no best "
-                f"model; start a new search with a longer search.time_budget (distmis init --budget plans one) or "
-                f"fewer train.steps_per_epoch, so that a trial's first epoch ends inside it"
-            )
+            said = f"distmis: no trial reported {self.metric} inside search.time_budget {time_budget}{failed}: no best model; "
+            longer = "start a new search with a longer search.time_budget (distmis init --budget plans one)"
+            if self.began_training == 0:
+                # shorter epochs cannot help a search whose trials were still starting at its deadline
+                return (
+                    f"{said}no trial's set-up (its process, the data, the model) ended inside it either, so fewer "
+                    f"train.steps_per_epoch would not help: {longer}"
+                )
+            return f"{said}{longer} or fewer train.steps_per_epoch, so that a trial's first epoch ends inside it"
         return (
             f"distmis: no trial reported {self.metric}{failed}: no best model; the epochs column of {results} says "
             "how far each got"

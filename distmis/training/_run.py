@@ -173,7 +173,8 @@ class RunSession:
         trial up on a new actor and then hand it to an actor of its own that came free (actor
         reuse); the first actor's set-up still runs, and must not rewrite the CSV the other
         one is appending to (seen: a finalize fold's metrics.csv left with its header only).
-        Only the actor Tune steps writes. ``fit`` and ``distmis train`` call it first.
+        Only the actor Tune steps writes. ``fit`` and ``distmis train`` call it first. A search's
+        summary reads the file as "this trial's set-up ended" (``began_training``).
         """
         if self._csv_matches_history or not self.is_chief:
             return

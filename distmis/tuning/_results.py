@@ -67,6 +67,12 @@ def unreported_epochs(trial_dir: Path, reported: int) -> list[dict[str, float]]:
     return late
 
 
+def began_training(trial_dir: Path) -> bool:
+    """Whether a trial's set-up ended and its first epoch began: its first step writes its ``metrics.csv``
+    (:meth:`~distmis.training.RunSession.write_history`) before it trains."""
+    return (trial_dir / RunFile.METRICS).is_file()
+
+
 def with_unreported_epochs(
     result: dict[str, Any], late: list[dict[str, float]], metric: str
 ) -> tuple[dict[str, Any], list[dict[str, float]]]:
@@ -275,6 +281,7 @@ def summarise(
         best_value=best.best[metric] if best else None,
         best_params=best.params if best else {},
         started_at=started_at,
+        began_training=sum(began_training(out / RunFile.TRIALS_DIR / r.trial_id) for r in rows),
     )
     record = SearchSummaryFile(**summary.model_dump(), prepared=str(prepared), trials_detail=rows)
     write_json_atomic(out / RunFile.SUMMARY, record.model_dump())

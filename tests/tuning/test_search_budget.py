@@ -18,6 +18,7 @@ from _support.studies import journal_study
 
 from distmis.config import SearchConfig
 from distmis.schema import RunFile
+from distmis.search_summary import SearchSummary
 from distmis.tuning import SearchDeadline, deadline_reached, time_spent
 
 
@@ -222,15 +223,64 @@ def test_a_budget_that_ends_before_any_epoch_says_so_and_what_to_change(prepared
     result = _deadline_search(prepared16, tmp_path, 5, out, steps_per_epoch=STEPS_NEVER_REACHED)
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
     said = [line for line in result.stdout.splitlines() if line.startswith("distmis: no trial reported")]
-    assert said == [
-        "distmis: no trial reported val_dice inside search.time_budget 5: no best model; start a new search with a "
-        "longer search.time_budget (distmis init --budget plans one) or fewer train.steps_per_epoch, so that a "
-        "trial's first epoch ends inside it"
-    ], result.stdout[-3000:]
+    # whether a trial got through its set-up inside 5 s is the machine's; the line must say which, as the files do
+    began = sorted(p.parent.name for p in (out / RunFile.TRIALS_DIR).glob(f"*/{RunFile.METRICS}"))
+    assert said == [_NO_EPOCH_LINES[bool(began)].format(budget=5, failed="")], (began, result.stdout[-3000:])
+    assert json.loads((out / RunFile.SUMMARY).read_text())["began_training"] == len(began)
     assert _no_epoch_kept(out) and not (out / RunFile.BEST_MODEL_DIR).exists()
     assert json.loads((out / RunFile.SUMMARY).read_text())["best_trial_id"] is None
     # the learning-curve plot says no trial reported an epoch, rather than warn of an empty legend
     assert "Traceback" not in result.stderr and "No artists with labels" not in result.stderr, result.stderr[-3000:]
+
+
+#: tune's line when no trial reported an epoch inside the budget: by whether any trial's first epoch began
+_NO_EPOCH_LINES = {
+    True: "distmis: no trial reported val_dice inside search.time_budget {budget}{failed}: no best model; start a "
+    "new search with a longer search.time_budget (distmis init --budget plans one) or fewer train.steps_per_epoch, "
+    "so that a trial's first epoch ends inside it",
+    False: "distmis: no trial reported val_dice inside search.time_budget {budget}{failed}: no best model; no "
+    "trial's set-up (its process, the data, the model) ended inside it either, so fewer train.steps_per_epoch would "
+    "not help: start a new search with a longer search.time_budget (distmis init --budget plans one)",
+}
+
+
+@pytest.mark.parametrize(
+    ("began", "failed", "expected"),
+    [
+        (2, 0, _NO_EPOCH_LINES[True].format(budget="30s", failed="")),
+        (0, 0, _NO_EPOCH_LINES[False].format(budget="30s", failed="")),
+        # a summary written before the count: the advice that holds when a first epoch began
+        (None, 0, _NO_EPOCH_LINES[True].format(budget="30s", failed="")),
+        (
+            0,
+            1,
+            _NO_EPOCH_LINES[False].format(
+                budget="30s", failed=" (1 of 2 failed: the error column of OUT/results.csv says why)"
+            ),
+        ),
+    ],
+)
+def test_the_no_epoch_line_tells_a_slow_set_up_from_a_long_first_epoch(
+    began: int | None, failed: int, expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Fewer steps per epoch help only a search whose trials began an epoch before its deadline: one whose
+    trials were all still setting up is told that only a longer budget helps."""
+    summary = SearchSummary(
+        name="short",
+        out="OUT",
+        metric="val_dice",
+        mode="max",
+        wall_seconds=31.0,
+        trials=2,
+        finished=0,
+        stopped_early=2 - failed,
+        failed=failed,
+        max_concurrent_observed=2,
+        began_training=began,
+    )
+    summary.print(time_budget="30s")
+    said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("distmis:")]
+    assert said == [expected]
 
 
 def _epochs_told_to_optuna(out: Path) -> list[tuple[int, float]]:
