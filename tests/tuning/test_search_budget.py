@@ -226,9 +226,10 @@ def test_a_budget_that_ends_before_any_epoch_says_so_and_what_to_change(prepared
     # whether a trial got through its set-up inside 5 s is the machine's; the line must say which, as the files do
     began = sorted(p.parent.name for p in (out / RunFile.TRIALS_DIR).glob(f"*/{RunFile.METRICS}"))
     assert said == [_NO_EPOCH_LINES[bool(began)].format(budget=5, failed="")], (began, result.stdout[-3000:])
-    assert json.loads((out / RunFile.SUMMARY).read_text())["began_training"] == len(began)
+    summary = json.loads((out / RunFile.SUMMARY).read_text())
+    assert summary["began_training"] == len(began)
     assert _no_epoch_kept(out) and not (out / RunFile.BEST_MODEL_DIR).exists()
-    assert json.loads((out / RunFile.SUMMARY).read_text())["best_trial_id"] is None
+    assert summary["best_trial_id"] is None
     # the learning-curve plot says no trial reported an epoch, rather than warn of an empty legend
     assert "Traceback" not in result.stderr and "No artists with labels" not in result.stderr, result.stderr[-3000:]
 
